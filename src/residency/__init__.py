@@ -1,0 +1,75 @@
+"""residency: a typed lifecycle runtime for what an agent's context holds about tools.
+
+Schemas and call arguments leave the context together, or a tombstone says why not; pruned
+tools come back by re-expansion; every change is journaled.
+"""
+
+from residency._core._events import Event, EventKind
+from residency._core._lifecycle import SPAN_LIFECYCLE, TOOL_LIFECYCLE, Lifecycle, SpanState, ToolState, Transition
+from residency._core._planner import Budget
+from residency._core._tools import CallRecord, ToolSpec, definition_hash, is_mutation
+from residency._errors import (
+    ArgumentsInvalid,
+    CallRefused,
+    ChainCollision,
+    ConfigError,
+    GhostToolError,
+    IllegalTransition,
+    IntegrityError,
+    InvalidInput,
+    NotFound,
+    ResidencyError,
+    SchemaError,
+    StoreError,
+    ToolArchived,
+    ToolNotResident,
+    UnrecoverablePruneError,
+)
+from residency._session import Session
+from residency._store._memory import MemoryStore
+from residency._store._protocol import Clock, JournalEntry, Store, SystemClock
+from residency._tokens import count_tokens, tokenizer_name
+from residency._tool_ops import TurnPlan
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "SPAN_LIFECYCLE",
+    "TOOL_LIFECYCLE",
+    "ArgumentsInvalid",
+    "Budget",
+    "CallRecord",
+    "CallRefused",
+    "ChainCollision",
+    "Clock",
+    "ConfigError",
+    "Event",
+    "EventKind",
+    "GhostToolError",
+    "IllegalTransition",
+    "IntegrityError",
+    "InvalidInput",
+    "JournalEntry",
+    "Lifecycle",
+    "MemoryStore",
+    "NotFound",
+    "ResidencyError",
+    "SchemaError",
+    "Session",
+    "SpanState",
+    "Store",
+    "StoreError",
+    "SystemClock",
+    "ToolArchived",
+    "ToolNotResident",
+    "ToolSpec",
+    "ToolState",
+    "Transition",
+    "TurnPlan",
+    "UnrecoverablePruneError",
+    "__version__",
+    "count_tokens",
+    "definition_hash",
+    "is_mutation",
+    "tokenizer_name",
+)

@@ -1,0 +1,5 @@
+import sys
+
+from residency._cli import main
+
+sys.exit(main())

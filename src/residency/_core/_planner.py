@@ -1,0 +1,171 @@
+"""The turn planner: which arguments leave, which schemas stay, which tombstones show.
+
+Theory of operation
+-------------------
+Order matters, and it is the order that keeps ghost tools from being made:
+
+1. Argument budget first. Resident call arguments are evicted oldest first until they fit.
+2. Cascade in the same turn. A tombstoned tool whose last resident arguments just left needs
+   no tombstone any more: it is evicted.
+3. Schema budget. Pinned tools always stay (pinned or active-phase tools that were evicted
+   come back); the rest are ranked by active phase, recency, then frequency, and kept while
+   they fit. The others are pruned.
+4. A pruned tool whose arguments are still resident is tombstoned, never silently dropped. The
+   session applies that through the lifecycle machine (``prune``), which cannot do otherwise.
+
+The planner only decides: it is a pure function of the standings it is given and returns a
+``PlanDecision``. The session fires the transitions, journals them and builds the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from residency._core._lifecycle import ToolState
+from residency._errors import InvalidInput
+
+__all__ = ["Budget", "PlanDecision", "ResidentCall", "ToolStanding", "decide"]
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """Token budgets for one turn.
+
+    Attributes:
+        schema_tokens: the most tokens of resident (minified) tool schemas to show.
+        argument_tokens: the most tokens of earlier call arguments to keep in the transcript.
+
+    Raises:
+        InvalidInput: a budget that is not a non-negative integer.
+    """
+
+    schema_tokens: int
+    argument_tokens: int
+
+    def __post_init__(self) -> None:
+        for field in ("schema_tokens", "argument_tokens"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise InvalidInput(
+                    f"Budget.{field} must be a non-negative integer, got {value!r}", where=field
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStanding:
+    """What the planner knows of one tool this turn."""
+
+    name: str
+    state: ToolState
+    tokens: int
+    pinned: bool
+    in_phase: bool
+    last_turn: int
+    uses: int
+    resident_calls: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentCall:
+    """A call whose arguments are resident, for the argument budget."""
+
+    id: str
+    tool: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanDecision:
+    """What the planner decided; the session carries it out.
+
+    Attributes:
+        evict_calls: call ids whose arguments leave the transcript (host applies).
+        cascade: tombstoned tools whose arguments all left: evict them.
+        restore: evicted pinned or active-phase tools to make resident again.
+        prune: resident tools to prune (tombstone if arguments resident, else evict).
+        resident: the resident set after the plan, best-ranked first.
+        schema_tokens: tokens of the resident set.
+        argument_tokens: tokens of the arguments still resident.
+        over_budget: pinned tools alone exceed the schema budget.
+    """
+
+    evict_calls: tuple[str, ...]
+    cascade: tuple[str, ...]
+    restore: tuple[str, ...]
+    prune: tuple[str, ...]
+    resident: tuple[str, ...]
+    schema_tokens: int
+    argument_tokens: int
+    over_budget: bool
+
+
+def decide(
+    budget: Budget,
+    tools: Sequence[ToolStanding],
+    resident_calls: Iterable[ResidentCall],
+    argument_total: int,
+) -> PlanDecision:
+    """Plan one turn.
+
+    Args:
+        budget: the turn's budgets.
+        tools: every registered tool.
+        resident_calls: the calls whose arguments are resident, oldest first.
+        argument_total: the sum of their tokens.
+
+    Returns:
+        The decision; nothing is changed here.
+    """
+    # 1. Argument budget first.
+    evict_calls: list[str] = []
+    left_by_tool: dict[str, int] = {}
+    if argument_total > budget.argument_tokens:
+        for call in resident_calls:
+            if argument_total <= budget.argument_tokens:
+                break
+            evict_calls.append(call.id)
+            argument_total -= call.tokens
+            left_by_tool[call.tool] = left_by_tool.get(call.tool, 0) + 1
+
+    # 2. Cascade: arguments gone means the tombstone is no longer needed.
+    cascade = [
+        t.name
+        for t in tools
+        if t.state is ToolState.TOMBSTONED
+        and t.name in left_by_tool
+        and t.resident_calls - left_by_tool[t.name] == 0
+    ]
+
+    # 3. Schema budget.
+    candidates = [
+        t
+        for t in tools
+        if t.state is ToolState.RESIDENT
+        or (t.state is ToolState.EVICTED and (t.pinned or t.in_phase))
+    ]
+    candidates.sort(key=lambda t: (not t.pinned, not t.in_phase, -t.last_turn, -t.uses, t.name))
+    resident: list[str] = []
+    dropped: list[str] = []
+    used = 0
+    over_budget = False
+    for t in candidates:
+        if t.pinned or used + t.tokens <= budget.schema_tokens:
+            resident.append(t.name)
+            used += t.tokens
+            over_budget = over_budget or used > budget.schema_tokens
+        else:
+            dropped.append(t.name)
+    by_name = {t.name: t for t in candidates}
+    restore = [n for n in resident if by_name[n].state is ToolState.EVICTED]
+    prune = [n for n in dropped if by_name[n].state is ToolState.RESIDENT]
+    return PlanDecision(
+        evict_calls=tuple(evict_calls),
+        cascade=tuple(cascade),
+        restore=tuple(restore),
+        prune=tuple(prune),
+        resident=tuple(resident),
+        schema_tokens=used,
+        argument_tokens=argument_total,
+        over_budget=over_budget,
+    )

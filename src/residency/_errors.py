@@ -1,0 +1,159 @@
+"""Every error residency raises, in one tree.
+
+Catch ``ResidencyError`` to catch them all. Each error names what to do next; none of them is
+raised after a partial change: an operation that raises has changed nothing.
+
+    ResidencyError
+    ├── IllegalTransition                 a lifecycle trigger not allowed from the current state
+    │   └── GhostToolError                the change would leave arguments visible with no schema and no tombstone
+    ├── UnrecoverablePruneError           a span would leave the window with no externalized copy
+    ├── CallRefused                       a tool call must not be forwarded
+    │   ├── ToolNotResident               the tool's schema is withheld: re-expand it first
+    │   ├── ToolArchived                  the tool left the active index with an abandoned chain
+    │   ├── ArgumentsInvalid              arguments fail the full (pinned) schema
+    │   └── ChainCollision                the call would complete an archived fatal chain prefix
+    ├── NotFound (+ LookupError)          an unknown tool, call, span or chain id
+    ├── InvalidInput (+ ValueError)       a malformed tool definition, budget, constraint or argument
+    │   ├── SchemaError                   a tool schema that cannot be processed (unresolvable $ref, ...)
+    │   └── ConfigError                   a malformed configuration file
+    └── StoreError                        the store cannot be opened or read (broken, foreign or corrupt)
+        └── IntegrityError                stored content does not match its hash
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ArgumentsInvalid",
+    "CallRefused",
+    "ChainCollision",
+    "ConfigError",
+    "GhostToolError",
+    "IllegalTransition",
+    "IntegrityError",
+    "InvalidInput",
+    "NotFound",
+    "ResidencyError",
+    "SchemaError",
+    "StoreError",
+    "ToolArchived",
+    "ToolNotResident",
+    "UnrecoverablePruneError",
+]
+
+
+class ResidencyError(Exception):
+    """Base of every error raised by residency. Never raised itself."""
+
+
+class IllegalTransition(ResidencyError):
+    """Raised when a lifecycle trigger is not allowed from the record's current state.
+
+    The record keeps its state. ``kind``, ``record``, ``state`` and ``trigger`` say what was tried.
+    """
+
+    def __init__(
+        self, message: str, *, kind: str = "", record: str = "", state: str = "", trigger: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.record = record
+        self.state = state
+        self.trigger = trigger
+
+
+class GhostToolError(IllegalTransition):
+    """Raised when an operation would create a ghost tool.
+
+    A ghost tool has its schema withheld while arguments of an earlier call to it are still
+    visible and no tombstone says so: the model would rebuild calls it cannot validate. Unlike a
+    plain ``IllegalTransition``, the trigger exists from this state; it is the resident
+    arguments that forbid it. Evict the arguments first, or prune (which tombstones).
+    """
+
+
+class UnrecoverablePruneError(ResidencyError):
+    """Raised when a span would leave the window in a way that cannot be undone.
+
+    A precondition span (``invariant``, ``constraint``, ``negative_result``,
+    ``scope_qualifier``) leaves only as a pointer to its externalized copy; a summary of a
+    summary needs re-grounding first. Externalize (or restore) and try again.
+    """
+
+
+class CallRefused(ResidencyError):
+    """Base of the reasons a tool call is not forwarded. ``tool`` names the tool.
+
+    The message is meant for the model: it says what to do instead.
+    """
+
+    def __init__(self, message: str, *, tool: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+class ToolNotResident(CallRefused):
+    """Raised when a call names a tool whose schema is withheld (tombstoned or evicted).
+
+    The message names the re-expand tool; call it, then call the tool again.
+    """
+
+
+class ToolArchived(CallRefused):
+    """Raised when a call names a tool that left the active index with an abandoned chain.
+
+    Unlike ``ToolNotResident``, re-expansion does not help: only an operator re-admits it.
+    """
+
+
+class ArgumentsInvalid(CallRefused):
+    """Raised when call arguments fail the tool's full schema. ``path`` names the field.
+
+    The tool is resident; the arguments are wrong. The message names the field and the rule.
+    """
+
+    def __init__(self, message: str, *, tool: str, path: str) -> None:
+        super().__init__(message, tool=tool)
+        self.path = path
+
+
+class ChainCollision(CallRefused):
+    """Raised when a call would complete the fatal prefix of an archived tool chain.
+
+    ``rule`` and ``expected_failure`` come from the archived chain.
+    """
+
+    def __init__(self, message: str, *, tool: str, rule: str, expected_failure: str) -> None:
+        super().__init__(message, tool=tool)
+        self.rule = rule
+        self.expected_failure = expected_failure
+
+
+class NotFound(ResidencyError, LookupError):
+    """Raised for an unknown tool name, call id, span id or chain digest. Nothing changes."""
+
+
+class InvalidInput(ResidencyError, ValueError):
+    """Raised for malformed input: a tool definition, budget, constraint or argument.
+
+    ``where`` names the offending place (a JSON path, a key) when known.
+    """
+
+    def __init__(self, message: str, *, where: str = "") -> None:
+        super().__init__(message)
+        self.where = where
+
+
+class SchemaError(InvalidInput):
+    """Raised when a tool's input schema cannot be processed (e.g. an unresolvable ``$ref``)."""
+
+
+class ConfigError(InvalidInput):
+    """Raised for a malformed configuration file; the message names the file and key."""
+
+
+class StoreError(ResidencyError):
+    """Raised when a store cannot be opened, read or written (a broken or foreign file)."""
+
+
+class IntegrityError(StoreError):
+    """Raised when stored content no longer matches its content address (sha256)."""

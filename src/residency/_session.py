@@ -1,0 +1,33 @@
+"""``Session``: the embeddable runtime that binds the core, a store and a clock."""
+
+from __future__ import annotations
+
+from residency._tool_ops import ToolOps
+
+__all__ = ["Session"]
+
+
+class Session(ToolOps):
+    """One agent session's residency state, journaled to a store.
+
+    Example:
+        >>> from residency import Budget, Session
+        >>> s = Session()
+        >>> s.register_tools([{"name": "ping", "inputSchema": {"type": "object"}}])
+        ['ping']
+        >>> plan = s.plan_turn(Budget(schema_tokens=1000, argument_tokens=1000))
+        >>> plan.tool_names
+        ('ping',)
+
+    Args:
+        store: where the journal lives (``MemoryStore()`` when omitted). Reopening a session id
+            on the same store replays its journal.
+        session_id: the session's id in the store.
+        clock: where time is read (the wall clock when omitted).
+        minify: how a resident tool is shown to the model (the full definition when omitted).
+        pinned: tools that always stay resident.
+        phases: tool names per phase; ``plan_turn(phase=...)`` favours that phase's tools.
+        reexpand_tool: the name tombstones tell the model to call.
+
+    A Session is not thread-safe: drive it from one thread or task at a time.
+    """

@@ -1,0 +1,1 @@
+"""Stores: where sessions' journals and immutable content live."""

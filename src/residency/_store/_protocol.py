@@ -1,0 +1,80 @@
+"""The Store protocol: a write-ahead journal per session and an immutable content store.
+
+A session's state is a pure function of its journal: every mutation is appended (atomically,
+a batch at a time) before it is applied, and reopening a session replays the journal. The
+content store is content-addressed: the key is the sha256 of the bytes, writing the same bytes
+twice is a no-op, and every read verifies the hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Clock", "JournalEntry", "Store", "SystemClock", "content_key"]
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One journaled mutation.
+
+    Attributes:
+        op: the operation, e.g. ``"call"`` or ``"transition"``.
+        data: its JSON-serializable arguments.
+        at: when it was written (seconds since the epoch, from the session's clock).
+    """
+
+    op: str
+    data: Mapping[str, Any]
+    at: float
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where sessions live. Implementations: ``MemoryStore``, ``SQLiteStore``."""
+
+    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> None:
+        """Append entries to a session's journal, all or none (durable on return)."""
+
+    def load(self, session_id: str) -> list[JournalEntry]:
+        """The session's journal in append order (empty for a new session)."""
+
+    def sessions(self) -> list[str]:
+        """The ids of every session with a journal, sorted."""
+
+    def put_content(self, data: bytes) -> str:
+        """Store bytes immutably; returns their key (``sha256:<hex>``). Idempotent."""
+
+    def get_content(self, key: str) -> bytes:
+        """The bytes stored under ``key``, verified against it.
+
+        Raises:
+            NotFound: no content under that key.
+            IntegrityError: the stored bytes no longer match the key.
+        """
+
+    def close(self) -> None:
+        """Release the store's resources."""
+
+
+class Clock(Protocol):
+    """Where the session reads the time (the core never does)."""
+
+    def now(self) -> float:
+        """Seconds since the epoch."""
+
+
+class SystemClock:
+    """The wall clock."""
+
+    def now(self) -> float:
+        import time
+
+        return time.time()
+
+
+def content_key(data: bytes) -> str:
+    """The content address of ``data``: ``sha256:`` and the hex digest."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()

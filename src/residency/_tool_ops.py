@@ -1,0 +1,523 @@
+"""The tool half of a Session: registration, calls, the tool lifecycle, and turn plans.
+
+Schema residency and argument residency are coupled here. A call can be recorded only for a
+resident tool (so arguments never appear for a tool whose schema is withheld), and every
+change of tool state goes through the shared lifecycle machine with the tool's
+``arguments_resident`` fact, which refuses the ghost state.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import SchemaError as JSONSchemaError
+from jsonschema.exceptions import ValidationError, best_match
+
+from residency._core._events import Event, EventKind
+from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
+from residency._core._planner import Budget, ResidentCall, ToolStanding, decide
+from residency._core._tools import CallRecord, JSONObject, ToolSpec, definition_hash, is_mutation, parse_tool
+from residency._errors import (
+    ArgumentsInvalid,
+    CallRefused,
+    InvalidInput,
+    NotFound,
+    SchemaError,
+    ToolArchived,
+    ToolNotResident,
+)
+from residency._session_base import SessionBase
+from residency._tokens import count_tokens
+
+__all__ = ["CallGuard", "ToolOps", "TurnPlan"]
+
+CallGuard = Callable[[str, JSONObject], None]
+"""A check run by ``authorize_call`` after the schema check; raises ``CallRefused`` to refuse."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPlan:
+    """What the host shows the model this turn, and what it must drop.
+
+    Attributes:
+        turn: the turn this plan opens.
+        tools: the resident tools as the model is shown them (minified), in registration order.
+        tombstones: one line per tool whose schema is withheld while its arguments are
+            visible, sorted by tool name.
+        evictions: ids of calls whose arguments the host must now drop from its transcript.
+        events: what this plan changed.
+        schema_tokens: tokens of ``tools``.
+        argument_tokens: tokens of the arguments still resident after ``evictions``.
+    """
+
+    turn: int
+    tools: tuple[JSONObject, ...]
+    tombstones: tuple[str, ...]
+    evictions: tuple[str, ...]
+    events: tuple[Event, ...]
+    schema_tokens: int
+    argument_tokens: int
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(t["name"] for t in self.tools)
+
+
+class ToolOps(SessionBase):
+    """Tool registration, the call record, the tool lifecycle and turn planning."""
+
+    def __init__(
+        self,
+        store: Any = None,
+        *,
+        session_id: str = "default",
+        clock: Any = None,
+        minify: Callable[[JSONObject], JSONObject] | None = None,
+        pinned: Iterable[str] = (),
+        phases: Mapping[str, Iterable[str]] | None = None,
+        reexpand_tool: str = "reexpand_tools",
+    ) -> None:
+        self._minify = minify
+        self._pinned = frozenset(pinned)
+        self._phases = {k: frozenset(v) for k, v in (phases or {}).items()}
+        self._reexpand_tool = reexpand_tool
+        self._guards: list[CallGuard] = []
+        super().__init__(store, session_id=session_id, clock=clock)
+
+    def _init_state(self) -> None:
+        super()._init_state()
+        self._tools: dict[str, ToolSpec] = {}
+        self._states: dict[str, ToolState] = {}
+        self._last_turn: dict[str, int] = {}
+        self._uses: dict[str, int] = {}
+        self._calls: dict[str, CallRecord] = {}
+        self._resident: dict[str, CallRecord] = {}  # oldest first
+        self._resident_by_tool: dict[str, int] = {}
+        self._argument_total = 0
+        self._validators: dict[str, Any] = {}
+
+    # -- registration ------------------------------------------------------------------------
+
+    def register_tools(self, tools: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Register MCP tool definitions (``tools/list`` entries).
+
+        New tools start resident. A tool registered again with the same definition is left as
+        it is; with a changed definition it is re-pinned, and if arguments built against the old
+        definition are resident it is tombstoned until re-expanded.
+
+        Returns:
+            The names that were new or changed.
+
+        Raises:
+            InvalidInput: a malformed definition or a name given twice; nothing is registered.
+            SchemaError: an ``inputSchema`` that is not a valid JSON Schema.
+        """
+        parsed: list[JSONObject] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(tools):
+            tool = parse_tool(raw, where=f"tools[{i}]")
+            name = tool["name"]
+            if name in seen:
+                raise InvalidInput(f"tools[{i}]: tool {name!r} is given twice", where=f"tools[{i}]")
+            seen.add(name)
+            schema = tool["inputSchema"]
+            try:
+                jsonschema.validators.validator_for(schema).check_schema(schema)
+            except JSONSchemaError as exc:
+                path = "/".join(str(p) for p in exc.path)
+                raise SchemaError(
+                    f"tools[{i}] ({name}): inputSchema is not a valid JSON Schema at "
+                    f"'{path}': {exc.message}",
+                    where=f"tools[{i}].inputSchema",
+                ) from None
+            known = self._tools.get(name)
+            if known is None or known.hash != definition_hash(tool):
+                parsed.append(tool)
+        if parsed:
+            self._commit(("register", {"tools": parsed}))
+        return [t["name"] for t in parsed]
+
+    def _apply_register(self, data: Mapping[str, Any]) -> None:
+        for tool in data["tools"]:
+            name = tool["name"]
+            shown = self._minify(tool) if self._minify is not None else tool
+            spec = ToolSpec(name, tool, definition_hash(tool), is_mutation(tool), shown, count_tokens(shown))
+            old = self._tools.get(name)
+            self._tools[name] = spec
+            self._validators.pop(name, None)
+            if old is None:
+                self._states[name] = ToolState.RESIDENT
+                self._event(EventKind.REGISTERED, name)
+                continue
+            self._event(EventKind.REDEFINED, name, "definition changed upstream")
+            if self._states[name] is ToolState.RESIDENT and self._resident_by_tool.get(name):
+                self._states[name] = TOOL_LIFECYCLE.fire(
+                    ToolState.RESIDENT, "redefine", record=name, facts=self._facts(name)
+                )
+                self._event(
+                    EventKind.TOMBSTONED, name, "definition changed while arguments are resident"
+                )
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _spec(self, name: str) -> ToolSpec:
+        try:
+            return self._tools[name]
+        except (KeyError, TypeError):
+            raise NotFound(f"unknown tool {name!r}") from None
+
+    def state(self, name: str) -> ToolState:
+        """The tool's lifecycle state. Raises ``NotFound`` for an unknown tool."""
+        self._spec(name)
+        return self._states[name]
+
+    def tool(self, name: str) -> ToolSpec:
+        """The tool's pinned definition. Raises ``NotFound`` for an unknown tool."""
+        return self._spec(name)
+
+    def tools(self, state: ToolState | None = None) -> list[str]:
+        """Tool names in registration order, optionally only those in ``state``."""
+        return [n for n in self._tools if state is None or self._states[n] is state]
+
+    def call(self, call_id: str) -> CallRecord:
+        """A recorded call. Raises ``NotFound`` for an unknown id."""
+        try:
+            return self._calls[call_id]
+        except (KeyError, TypeError):
+            raise NotFound(f"unknown call id {call_id!r}") from None
+
+    def resident_calls(self) -> list[CallRecord]:
+        """Calls whose arguments are resident, oldest first."""
+        return list(self._resident.values())
+
+    def arguments_resident(self, name: str) -> bool:
+        """Whether arguments of an earlier call to the tool are still in the transcript."""
+        self._spec(name)
+        return self._resident_by_tool.get(name, 0) > 0
+
+    def is_pinned(self, name: str) -> bool:
+        return name in self._pinned
+
+    def _facts(self, name: str) -> dict[str, bool]:
+        return {"arguments_resident": self._resident_by_tool.get(name, 0) > 0}
+
+    # -- tombstones --------------------------------------------------------------------------
+
+    def tombstone_text(self, name: str) -> str:
+        """The one line shown for a tool whose schema is withheld."""
+        if self._states.get(name) is ToolState.ARCHIVED:
+            return (
+                f"{name}: archived with an abandoned tool chain; calls are refused and "
+                f"re-expansion is not possible (an operator must re-admit it)."
+            )
+        kind = "mutation tool" if self._spec(name).mutation else "tool"
+        return (
+            f"{name}: {kind} schema withheld; earlier arguments may be stale. "
+            f'Call {self._reexpand_tool} with names=["{name}"] before calling it.'
+        )
+
+    def tombstones(self) -> list[str]:
+        """Every tombstone line currently shown, sorted by tool name."""
+        return [self.tombstone_text(n) for n in sorted(self._tombstoned_names())]
+
+    def _tombstoned_names(self) -> list[str]:
+        return [
+            n
+            for n, s in self._states.items()
+            if s is ToolState.TOMBSTONED
+            or (s is ToolState.ARCHIVED and self._resident_by_tool.get(n, 0) > 0)
+        ]
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def authorize_call(self, name: str, arguments: Mapping[str, Any]) -> None:
+        """Check that a call may be forwarded; raise if not. A refusal is logged as an event.
+
+        Raises:
+            NotFound: unknown tool.
+            ToolNotResident: the schema is withheld; the message names the re-expand tool.
+            ToolArchived: the tool left the active index with an abandoned chain.
+            ArgumentsInvalid: the arguments fail the full schema; ``path`` names the field.
+            ChainCollision: the call would complete an archived fatal chain prefix.
+        """
+        try:
+            self._check_call(name, arguments)
+        except CallRefused as refusal:
+            self._commit(("refuse", {"tool": refusal.tool, "reason": str(refusal)}))
+            raise
+
+    def _check_call(self, name: str, arguments: Mapping[str, Any]) -> None:
+        spec = self._spec(name)
+        state = self._states[name]
+        if state is ToolState.ARCHIVED:
+            raise ToolArchived(self.tombstone_text(name), tool=name)
+        if state is not ToolState.RESIDENT:
+            raise ToolNotResident(self.tombstone_text(name), tool=name)
+        if not isinstance(arguments, Mapping):
+            raise ArgumentsInvalid(f"{name}: arguments must be a JSON object", tool=name, path="$")
+        validator = self._validators.get(name)
+        if validator is None:
+            schema = spec.input_schema
+            validator = jsonschema.validators.validator_for(schema)(schema)
+            self._validators[name] = validator
+        error = best_match(validator.iter_errors(dict(arguments)))
+        if error is not None:
+            path = _error_path(error)
+            raise ArgumentsInvalid(
+                f"{name}: invalid arguments at {path}: {error.message}. "
+                f"The full schema is available from {self._reexpand_tool}.",
+                tool=name,
+                path=path,
+            )
+        for guard in self._guards:
+            guard(name, dict(arguments))
+
+    def _apply_refuse(self, data: Mapping[str, Any]) -> None:
+        self._event(EventKind.REFUSED, data["tool"], data["reason"])
+
+    def record_call(self, name: str, arguments: Mapping[str, Any]) -> CallRecord:
+        """Record a call the host made; its arguments are now resident.
+
+        Returns:
+            The call record (``.id`` names it in ``evict_arguments``).
+
+        Raises:
+            NotFound: unknown tool.
+            ToolNotResident, ToolArchived: the tool's schema is withheld: recording the call
+                would put arguments beside a missing schema.
+            InvalidInput: arguments that are not a JSON object.
+        """
+        self._spec(name)
+        state = self._states[name]
+        if state is ToolState.ARCHIVED:
+            raise ToolArchived(self.tombstone_text(name), tool=name)
+        if state is not ToolState.RESIDENT:
+            raise ToolNotResident(self.tombstone_text(name), tool=name)
+        if not isinstance(arguments, Mapping):
+            raise InvalidInput("call arguments must be a JSON object", where="arguments")
+        try:
+            text = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"call arguments are not JSON: {exc}", where="arguments") from None
+        call_id = f"c{len(self._calls) + 1}"
+        self._commit(
+            (
+                "call",
+                {"id": call_id, "tool": name, "arguments": json.loads(text), "tokens": count_tokens(text)},
+            )
+        )
+        return self._calls[call_id]
+
+    def _apply_call(self, data: Mapping[str, Any]) -> None:
+        name = data["tool"]
+        record = CallRecord(data["id"], name, self._turn, data["arguments"], int(data["tokens"]))
+        self._calls[record.id] = record
+        self._resident[record.id] = record
+        self._resident_by_tool[name] = self._resident_by_tool.get(name, 0) + 1
+        self._argument_total += record.argument_tokens
+        self._last_turn[name] = self._turn
+        self._uses[name] = self._uses.get(name, 0) + 1
+
+    def evict_arguments(self, *call_ids: str) -> None:
+        """The host dropped these calls' arguments from its transcript.
+
+        Already-evicted ids are accepted and change nothing.
+
+        Raises:
+            NotFound: an unknown call id (nothing is evicted).
+        """
+        for call_id in call_ids:
+            self.call(call_id)
+        ids = [c for c in dict.fromkeys(call_ids) if c in self._resident]
+        if ids:
+            self._commit(("evict_arguments", {"ids": ids}))
+
+    def _apply_evict_arguments(self, data: Mapping[str, Any]) -> None:
+        for call_id in data["ids"]:
+            record = self._resident.pop(call_id)
+            self._resident_by_tool[record.tool] -= 1
+            self._argument_total -= record.argument_tokens
+            self._event(EventKind.ARGUMENTS_EVICTED, call_id, record.tool)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _transition(self, name: str, trigger: str, reason: str = "") -> ToolState:
+        self._spec(name)
+        dest = TOOL_LIFECYCLE.fire(self._states[name], trigger, record=name, facts=self._facts(name))
+        self._commit(("transition", {"tool": name, "trigger": trigger, "dest": dest.value, "reason": reason}))
+        return dest
+
+    _EVENT_OF = {
+        ToolState.TOMBSTONED: EventKind.TOMBSTONED,
+        ToolState.EVICTED: EventKind.EVICTED,
+        ToolState.RESIDENT: EventKind.REEXPANDED,
+        ToolState.ARCHIVED: EventKind.ARCHIVED,
+    }
+
+    def _apply_transition(self, data: Mapping[str, Any]) -> None:
+        name, trigger = data["tool"], data["trigger"]
+        dest = ToolState(data["dest"])
+        self._states[name] = dest
+        kind = EventKind.READMITTED if trigger == "readmit" else self._EVENT_OF[dest]
+        self._event(kind, name, data.get("reason") or trigger)
+        if dest is ToolState.RESIDENT:
+            self._last_turn[name] = self._turn
+
+    def prune(self, name: str) -> ToolState:
+        """Take the tool out of schema residency the safe way.
+
+        Returns:
+            ``EVICTED`` if no arguments of it are resident, else ``TOMBSTONED``.
+
+        Raises:
+            NotFound: unknown tool.
+            IllegalTransition: the tool is not resident.
+        """
+        return self._transition(name, "prune", "pruned")
+
+    def tombstone(self, name: str) -> ToolState:
+        """Withhold the tool's schema and show a tombstone line instead."""
+        return self._transition(name, "tombstone")
+
+    def evict(self, name: str) -> ToolState:
+        """Withhold the tool's schema with no tombstone.
+
+        Raises:
+            GhostToolError: arguments of an earlier call are resident; nothing changes.
+            IllegalTransition: not allowed from the current state.
+        """
+        return self._transition(name, "evict")
+
+    def reexpand(self, name: str) -> JSONObject:
+        """Make the tool resident again (a first-class signal) and return its full definition.
+
+        Raises:
+            NotFound: unknown tool.
+            IllegalTransition: the tool is archived (only ``readmit`` brings it back).
+        """
+        state = self._states.get(name) if name in self._tools else None
+        if state is not ToolState.RESIDENT:
+            self._transition(name, "reexpand", "re-expansion requested")
+        return json.loads(json.dumps(self._spec(name).definition))
+
+    def archive(self, name: str, reason: str = "archived") -> ToolState:
+        """Take the tool out of the active index: not searchable, not callable."""
+        return self._transition(name, "archive", reason)
+
+    def readmit(self, name: str) -> ToolState:
+        """Operator action: bring an archived tool back to the index (evicted or tombstoned)."""
+        return self._transition(name, "readmit", "re-admitted by operator")
+
+    # -- planning ----------------------------------------------------------------------------
+
+    def plan_turn(self, budget: Budget, *, phase: str | None = None) -> TurnPlan:
+        """Open the next turn and plan what the model is shown.
+
+        Arguments leave first (oldest first, to the argument budget); tombstoned tools whose
+        arguments all left are evicted; then resident schemas are chosen to the schema budget
+        (pinned, active phase, recency, frequency); a pruned tool with resident arguments is
+        tombstoned.
+
+        Raises:
+            InvalidInput: ``budget`` is not a ``Budget`` or ``phase`` is unknown.
+        """
+        if not isinstance(budget, Budget):
+            raise InvalidInput("plan_turn needs a Budget", where="budget")
+        if phase is not None and phase not in self._phases:
+            raise InvalidInput(f"unknown phase {phase!r}; known: {sorted(self._phases)}", where="phase")
+        in_phase = self._phases.get(phase, frozenset()) if phase else frozenset()
+        standings = [
+            ToolStanding(
+                name=n,
+                state=self._states[n],
+                tokens=spec.tokens,
+                pinned=n in self._pinned,
+                in_phase=n in in_phase,
+                last_turn=self._last_turn.get(n, -1),
+                uses=self._uses.get(n, 0),
+                resident_calls=self._resident_by_tool.get(n, 0),
+            )
+            for n, spec in self._tools.items()
+        ]
+        decision = decide(
+            budget,
+            standings,
+            (ResidentCall(c.id, c.tool, c.argument_tokens) for c in self._resident.values()),
+            self._argument_total,
+        )
+        left: dict[str, int] = {}
+        for call_id in decision.evict_calls:
+            tool = self._resident[call_id].tool
+            left[tool] = left.get(tool, 0) + 1
+
+        def facts_after(name: str) -> dict[str, bool]:
+            return {"arguments_resident": self._resident_by_tool.get(name, 0) - left.get(name, 0) > 0}
+
+        items: list[tuple[str, Mapping[str, Any]]] = [("turn", {"turn": self._turn + 1, "phase": phase})]
+        if decision.evict_calls:
+            items.append(("evict_arguments", {"ids": list(decision.evict_calls)}))
+        for trigger, names, reason in (
+            ("evict", decision.cascade, "arguments left: tombstone no longer needed"),
+            ("reexpand", decision.restore, "pinned or in the active phase"),
+            ("prune", decision.prune, "schema budget"),
+        ):
+            for name in names:
+                dest = TOOL_LIFECYCLE.fire(self._states[name], trigger, record=name, facts=facts_after(name))
+                items.append(("transition", {"tool": name, "trigger": trigger, "dest": dest.value, "reason": reason}))
+        if decision.over_budget:
+            items.append(("budget", {"schema_tokens": decision.schema_tokens, "budget": budget.schema_tokens}))
+        first_event = len(self._events)
+        self._commit(*items)
+        shown = tuple(self._tools[n].shown for n in self._tools if self._states[n] is ToolState.RESIDENT)
+        return TurnPlan(
+            turn=self._turn,
+            tools=shown,
+            tombstones=tuple(self.tombstones()),
+            evictions=decision.evict_calls,
+            events=tuple(self._events[first_event:]),
+            schema_tokens=decision.schema_tokens,
+            argument_tokens=self._argument_total,
+        )
+
+    def _apply_budget(self, data: Mapping[str, Any]) -> None:
+        self._event(
+            EventKind.BUDGET_EXCEEDED,
+            "schema",
+            f"pinned tools need {data['schema_tokens']} tokens; budget {data['budget']}",
+        )
+
+    # -- comparison --------------------------------------------------------------------------
+
+    def _snapshot_parts(self, parts: dict[str, Any]) -> None:
+        super()._snapshot_parts(parts)
+        parts["tools"] = {
+            n: {
+                "state": self._states[n].value,
+                "hash": spec.hash,
+                "last_turn": self._last_turn.get(n, -1),
+                "uses": self._uses.get(n, 0),
+            }
+            for n, spec in self._tools.items()
+        }
+        parts["calls"] = {
+            c.id: {"tool": c.tool, "turn": c.turn, "resident": c.id in self._resident, "arguments": c.arguments}
+            for c in self._calls.values()
+        }
+        parts["tombstones"] = self.tombstones()
+
+
+def _error_path(error: ValidationError) -> str:
+    """A JSON path naming the offending field (for ``required``, the missing one)."""
+    parts: Sequence[Any] = list(error.absolute_path)
+    if error.validator == "required" and isinstance(error.instance, Mapping):
+        missing = [p for p in error.validator_value if p not in error.instance]
+        if missing:
+            parts = [*parts, missing[0]]
+    path = "$"
+    for p in parts:
+        path += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return path
