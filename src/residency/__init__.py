@@ -34,8 +34,6 @@ from residency._tool_ops import TurnPlan
 __version__ = "0.1.0"
 
 __all__ = (
-    "SPAN_LIFECYCLE",
-    "TOOL_LIFECYCLE",
     "ArgumentsInvalid",
     "Budget",
     "CallRecord",
@@ -54,12 +52,14 @@ __all__ = (
     "MemoryStore",
     "NotFound",
     "ResidencyError",
+    "SPAN_LIFECYCLE",
     "SchemaError",
     "Session",
     "SpanState",
     "Store",
     "StoreError",
     "SystemClock",
+    "TOOL_LIFECYCLE",
     "ToolArchived",
     "ToolNotResident",
     "ToolSpec",

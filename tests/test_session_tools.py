@@ -1,0 +1,199 @@
+"""Session tool operations one at a time, and what bad input gets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from residency import (
+    ArgumentsInvalid,
+    Budget,
+    EventKind,
+    GhostToolError,
+    IllegalTransition,
+    InvalidInput,
+    MemoryStore,
+    NotFound,
+    SchemaError,
+    Session,
+    ToolArchived,
+    ToolNotResident,
+    ToolState,
+    is_mutation,
+)
+
+TOOLS: list[dict[str, Any]] = [
+    {"name": "read", "annotations": {"readOnlyHint": True},
+     "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
+    {"name": "write", "inputSchema": {"type": "object", "properties": {"path": {"type": "string"},
+     "lines": {"type": "array", "items": {"type": "integer", "minimum": 1}}}, "required": ["path"]}},
+]
+
+
+@pytest.fixture
+def s() -> Session:
+    session = Session()
+    session.register_tools(TOOLS)
+    return session
+
+
+def test_tools_without_annotations_are_mutations() -> None:
+    assert is_mutation({"name": "x"})
+    assert not is_mutation({"name": "x", "annotations": {"readOnlyHint": True}})
+    assert is_mutation({"name": "x", "annotations": {"readOnlyHint": True, "destructiveHint": True}})
+    assert is_mutation({"name": "x", "annotations": {"title": "X"}})
+
+
+def test_registered_tools_start_resident_and_registering_again_changes_nothing(s: Session) -> None:
+    assert s.tools() == ["read", "write"]
+    assert s.state("write") is ToolState.RESIDENT
+    journal = len(s.store.load(s.session_id))
+    assert s.register_tools(TOOLS) == []
+    assert len(s.store.load(s.session_id)) == journal
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [{"description": "no name"}],
+        [{"name": ""}],
+        [{"name": "x", "inputSchema": "not an object"}],
+        ["not a tool"],
+        [{"name": "x"}, {"name": "x"}],
+    ],
+)
+def test_malformed_tool_definitions_are_refused_and_nothing_is_registered(s: Session, bad: list[Any]) -> None:
+    before = s.snapshot()
+    with pytest.raises(InvalidInput):
+        s.register_tools([{"name": "fine"}, *bad])
+    assert s.snapshot() == before
+
+
+def test_an_invalid_json_schema_is_a_schema_error(s: Session) -> None:
+    with pytest.raises(SchemaError) as info:
+        s.register_tools([{"name": "x", "inputSchema": {"type": "object", "properties": {"a": {"type": 12}}}}])
+    assert "inputSchema" in info.value.where
+
+
+def test_unknown_names_and_ids_are_not_found(s: Session) -> None:
+    for action in (lambda: s.state("nope"), lambda: s.prune("nope"), lambda: s.reexpand("nope"),
+                   lambda: s.authorize_call("nope", {}), lambda: s.evict_arguments("c999")):
+        with pytest.raises(NotFound):
+            action()
+
+
+def test_pruning_a_called_mutation_tool_leaves_a_tombstone(s: Session) -> None:
+    s.record_call("write", {"path": "a"})
+    assert s.prune("write") is ToolState.TOMBSTONED
+    assert s.tombstones() == [s.tombstone_text("write")]
+    assert "mutation tool" in s.tombstone_text("write")
+
+
+def test_pruning_an_uncalled_tool_evicts_it_silently(s: Session) -> None:
+    assert s.prune("read") is ToolState.EVICTED
+    assert s.tombstones() == []
+
+
+def test_explicit_eviction_with_resident_arguments_is_a_ghost_error_and_changes_nothing(s: Session) -> None:
+    s.record_call("write", {"path": "a"})
+    before = s.snapshot()
+    with pytest.raises(GhostToolError) as info:
+        s.evict("write")
+    assert info.value.state == "resident" and info.value.trigger == "evict"
+    assert s.snapshot() == before
+
+
+def test_recording_a_call_to_a_withheld_tool_is_refused(s: Session) -> None:
+    s.prune("read")
+    with pytest.raises(ToolNotResident):
+        s.record_call("read", {"path": "a"})
+    assert not s.arguments_resident("read")
+
+
+def test_invalid_arguments_name_the_field_and_the_refusal_is_logged(s: Session) -> None:
+    with pytest.raises(ArgumentsInvalid) as info:
+        s.authorize_call("write", {"path": "a", "lines": [1, 0]})
+    assert info.value.path == "$.lines[1]"
+    assert s.events(EventKind.REFUSED)[-1].subject == "write"
+    with pytest.raises(ArgumentsInvalid) as missing:
+        s.authorize_call("write", {})
+    assert missing.value.path == "$.path"
+
+
+def test_non_json_arguments_are_invalid_input(s: Session) -> None:
+    with pytest.raises(InvalidInput):
+        s.record_call("write", {"path": object()})
+    assert s.resident_calls() == []
+
+
+def test_an_archived_tool_is_refused_and_not_reexpandable_until_readmitted(s: Session) -> None:
+    s.archive("write")
+    with pytest.raises(ToolArchived):
+        s.authorize_call("write", {"path": "a"})
+    with pytest.raises(IllegalTransition):
+        s.reexpand("write")
+    assert s.readmit("write") is ToolState.EVICTED
+    assert s.reexpand("write")["name"] == "write"
+
+
+def test_reexpand_returns_a_private_copy_of_the_full_definition(s: Session) -> None:
+    definition = s.reexpand("write")
+    definition["inputSchema"]["required"].append("mutated")
+    assert s.tool("write").definition["inputSchema"]["required"] == ["path"]
+
+
+def test_the_argument_budget_evicts_oldest_first_and_cascades_tombstones(s: Session) -> None:
+    first = s.record_call("write", {"path": "a" * 40})
+    s.prune("write")
+    second = s.record_call("read", {"path": "b"})
+    plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=second.argument_tokens))
+    assert plan.evictions == (first.id,)
+    assert s.state("write") is ToolState.EVICTED  # cascade: its tombstone is no longer needed
+    assert plan.tombstones == ()
+    assert [c.id for c in s.resident_calls()] == [second.id]
+
+
+def test_bad_budgets_and_phases_are_invalid_input(s: Session) -> None:
+    with pytest.raises(InvalidInput):
+        Budget(schema_tokens=-1, argument_tokens=0)
+    with pytest.raises(InvalidInput):
+        Budget(schema_tokens=1.5, argument_tokens=0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput):
+        s.plan_turn(Budget(schema_tokens=1, argument_tokens=1), phase="nope")
+
+
+def test_phase_tools_are_brought_back_and_ranked_first() -> None:
+    s = Session(phases={"edit": ["write"]})
+    s.register_tools(TOOLS)
+    s.prune("write")
+    budget = Budget(schema_tokens=s.tool("write").tokens, argument_tokens=0)
+    plan = s.plan_turn(budget, phase="edit")
+    assert plan.tool_names == ("write",)
+    assert s.state("read") is ToolState.EVICTED
+
+
+def test_pinned_tools_stay_even_over_budget_and_the_excess_is_an_event() -> None:
+    s = Session(pinned=["write"])
+    s.register_tools(TOOLS)
+    plan = s.plan_turn(Budget(schema_tokens=0, argument_tokens=0))
+    assert plan.tool_names == ("write",)
+    assert [e.kind for e in plan.events].count(EventKind.BUDGET_EXCEEDED) == 1
+
+
+def test_a_reopened_session_replays_its_journal() -> None:
+    store = MemoryStore()
+    s = Session(store, session_id="a")
+    s.register_tools(TOOLS)
+    s.record_call("write", {"path": "x"})
+    s.plan_turn(Budget(schema_tokens=0, argument_tokens=10_000))
+    assert Session(store, session_id="a").snapshot() == s.snapshot()
+    assert Session(store, session_id="b").tools() == []
+
+
+def test_plan_tools_are_the_shown_form_in_registration_order() -> None:
+    s = Session(minify=lambda tool: {"name": tool["name"], "inputSchema": tool["inputSchema"]})
+    s.register_tools(TOOLS)
+    plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0))
+    assert plan.tool_names == ("read", "write")
+    assert all(set(t) == {"name", "inputSchema"} for t in plan.tools)
