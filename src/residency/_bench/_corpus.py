@@ -1,0 +1,34 @@
+"""Finding and loading a corpus of real MCP tool lists (``{"server", "tools": [...]}`` files)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["default_corpus", "load_servers"]
+
+
+def default_corpus() -> Path:
+    """The dev corpus: ``$RESIDENCY_CORPUS``, else ``../shared/corpora/dev`` from here or the repo."""
+    env = os.environ.get("RESIDENCY_CORPUS")
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[3]
+    for base in (Path.cwd(), repo):
+        candidate = base.parent / "shared" / "corpora" / "dev"
+        if candidate.is_dir():
+            return candidate
+    return Path("../shared/corpora/dev")
+
+
+def load_servers(corpus: Path) -> dict[str, list[dict[str, Any]]]:
+    """Server name -> tools for every top-level ``*.json`` file of ``corpus`` (not ``variants/``)."""
+    if not corpus.is_dir():
+        raise FileNotFoundError(f"corpus folder not found: {corpus} (pass --corpus DIR or set RESIDENCY_CORPUS)")
+    servers: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(corpus.glob("*.json")):
+        data = json.loads(path.read_text())
+        servers[str(data.get("server") or path.stem)] = list(data["tools"])
+    return servers
