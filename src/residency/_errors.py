@@ -7,6 +7,7 @@ raised after a partial change: an operation that raises has changed nothing.
     ├── IllegalTransition                 a lifecycle trigger not allowed from the current state
     │   └── GhostToolError                the change would leave arguments visible with no schema and no tombstone
     ├── UnrecoverablePruneError           a span would leave the window with no externalized copy
+    ├── UnverifiedSummary                 a summary whose provenance does not resolve was asked to justify an action
     ├── CallRefused                       a tool call must not be forwarded
     │   ├── ToolNotResident               the tool's schema is withheld: re-expand it first
     │   ├── ToolArchived                  the tool left the active index with an abandoned chain
@@ -38,6 +39,7 @@ __all__ = [
     "ToolArchived",
     "ToolNotResident",
     "UnrecoverablePruneError",
+    "UnverifiedSummary",
 ]
 
 
@@ -78,6 +80,23 @@ class UnrecoverablePruneError(ResidencyError):
     ``scope_qualifier``) leaves only as a pointer to its externalized copy; a summary of a
     summary needs re-grounding first. Externalize (or restore) and try again.
     """
+
+
+class UnverifiedSummary(ResidencyError):
+    """Raised when a summary whose provenance does not resolve is asked to justify an action.
+
+    Provenance resolves when the summary names at least one source and every source's original
+    bytes can be read back from the content store and match their key (recursively for
+    summaries of summaries). ``span`` names the summary; ``unresolved`` the source ids that did
+    not resolve (empty when the summary names no sources). Unlike ``UnrecoverablePruneError``,
+    nothing was about to leave the window: the summary itself cannot be trusted. Re-derive it
+    from spans that resolve.
+    """
+
+    def __init__(self, message: str, *, span: str, unresolved: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.span = span
+        self.unresolved = unresolved
 
 
 class CallRefused(ResidencyError):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from residency._span_ops import SpanOps
 from residency._tool_ops import ToolOps
 
 __all__ = ["Session"]
 
 
-class Session(ToolOps):
+class Session(ToolOps, SpanOps):
     """One agent session's residency state, journaled to a store.
 
     Example:

@@ -281,11 +281,18 @@ _X = "externalized_copy"
 _SS = SpanState
 
 SPAN_TABLE: tuple[Transition[SpanState], ...] = (
+    # The shell writes the span's bytes to the content store before any row that leaves
+    # RESIDENT is journaled, so an evicted span is still recoverable by id.
     Transition("externalize", _SS.RESIDENT, _SS.EXTERNALIZED),
-    # Only a span that carries no precondition may simply leave; it is still copied first.
+    Transition("externalize", _SS.EXTERNALIZED, _SS.EXTERNALIZED),
+    # Only a span that carries no precondition may leave entirely; a precondition span with an
+    # externalized copy leaves as a pointer; one without a copy has no row (refused).
     Transition("evict", _SS.RESIDENT, _SS.EVICTED, unless=_P),
     Transition("evict", _SS.RESIDENT, _SS.EXTERNALIZED, when=_X),
-    Transition("evict", _SS.EXTERNALIZED, _SS.EXTERNALIZED),
+    Transition("evict", _SS.EXTERNALIZED, _SS.EVICTED, unless=_P),
+    Transition("evict", _SS.EXTERNALIZED, _SS.EXTERNALIZED, when=_P),
+    Transition("evict", _SS.EVICTED, _SS.EVICTED),
+    Transition("restore", _SS.RESIDENT, _SS.RESIDENT),
     Transition("restore", _SS.EXTERNALIZED, _SS.RESIDENT),
     Transition("restore", _SS.EVICTED, _SS.RESIDENT),
 )
