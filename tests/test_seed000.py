@@ -76,7 +76,10 @@ def test_a_demoted_mutation_tool_is_tombstoned_and_its_rebuilt_call_refused() ->
 def test_a_definition_change_with_resident_arguments_tombstones_until_reexpanded() -> None:
     s = Session()
     s.register_tools(incident_tools())
-    s.record_call("update_incident", {"incident_id": "INC-7", "severity": "SEV-2", "assignee_id": "u-42", "notify": True})
+    s.record_call(
+        "update_incident",
+        {"incident_id": "INC-7", "severity": "SEV-2", "assignee_id": "u-42", "notify": True},
+    )
     changed = s.register_tools(incident_tools(assignee_as_object=True))
     assert changed == ["update_incident"]
     assert s.state("update_incident") is ToolState.TOMBSTONED

@@ -24,10 +24,22 @@ from residency import (
 )
 
 TOOLS: list[dict[str, Any]] = [
-    {"name": "read", "annotations": {"readOnlyHint": True},
-     "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}},
-    {"name": "write", "inputSchema": {"type": "object", "properties": {"path": {"type": "string"},
-     "lines": {"type": "array", "items": {"type": "integer", "minimum": 1}}}, "required": ["path"]}},
+    {
+        "name": "read",
+        "annotations": {"readOnlyHint": True},
+        "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+    },
+    {
+        "name": "write",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "lines": {"type": "array", "items": {"type": "integer", "minimum": 1}},
+            },
+            "required": ["path"],
+        },
+    },
 ]
 
 
@@ -72,13 +84,20 @@ def test_malformed_tool_definitions_are_refused_and_nothing_is_registered(s: Ses
 
 def test_an_invalid_json_schema_is_a_schema_error(s: Session) -> None:
     with pytest.raises(SchemaError) as info:
-        s.register_tools([{"name": "x", "inputSchema": {"type": "object", "properties": {"a": {"type": 12}}}}])
+        s.register_tools(
+            [{"name": "x", "inputSchema": {"type": "object", "properties": {"a": {"type": 12}}}}]
+        )
     assert "inputSchema" in info.value.where
 
 
 def test_unknown_names_and_ids_are_not_found(s: Session) -> None:
-    for action in (lambda: s.state("nope"), lambda: s.prune("nope"), lambda: s.reexpand("nope"),
-                   lambda: s.authorize_call("nope", {}), lambda: s.evict_arguments("c999")):
+    for action in (
+        lambda: s.state("nope"),
+        lambda: s.prune("nope"),
+        lambda: s.reexpand("nope"),
+        lambda: s.authorize_call("nope", {}),
+        lambda: s.evict_arguments("c999"),
+    ):
         with pytest.raises(NotFound):
             action()
 

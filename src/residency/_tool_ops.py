@@ -67,6 +67,14 @@ class TurnPlan:
         return tuple(t["name"] for t in self.tools)
 
 
+_EVENT_OF = {
+    ToolState.TOMBSTONED: EventKind.TOMBSTONED,
+    ToolState.EVICTED: EventKind.EVICTED,
+    ToolState.RESIDENT: EventKind.REEXPANDED,
+    ToolState.ARCHIVED: EventKind.ARCHIVED,
+}
+
+
 class ToolOps(SessionBase):
     """Tool registration, the call record, the tool lifecycle and turn planning."""
 
@@ -130,8 +138,7 @@ class ToolOps(SessionBase):
             except JSONSchemaError as exc:
                 path = "/".join(str(p) for p in exc.path)
                 raise SchemaError(
-                    f"tools[{i}] ({name}): inputSchema is not a valid JSON Schema at "
-                    f"'{path}': {exc.message}",
+                    f"tools[{i}] ({name}): inputSchema is not a valid JSON Schema at '{path}': {exc.message}",
                     where=f"tools[{i}].inputSchema",
                 ) from None
             known = self._tools.get(name)
@@ -158,9 +165,7 @@ class ToolOps(SessionBase):
                 self._states[name] = TOOL_LIFECYCLE.fire(
                     ToolState.RESIDENT, "redefine", record=name, facts=self._facts(name)
                 )
-                self._event(
-                    EventKind.TOMBSTONED, name, "definition changed while arguments are resident"
-                )
+                self._event(EventKind.TOMBSTONED, name, "definition changed while arguments are resident")
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -228,8 +233,7 @@ class ToolOps(SessionBase):
         return [
             n
             for n, s in self._states.items()
-            if s is ToolState.TOMBSTONED
-            or (s is ToolState.ARCHIVED and self._resident_by_tool.get(n, 0) > 0)
+            if s is ToolState.TOMBSTONED or (s is ToolState.ARCHIVED and self._resident_by_tool.get(n, 0) > 0)
         ]
 
     # -- calls -------------------------------------------------------------------------------
@@ -351,18 +355,11 @@ class ToolOps(SessionBase):
         self._commit(("transition", {"tool": name, "trigger": trigger, "dest": dest.value, "reason": reason}))
         return dest
 
-    _EVENT_OF = {
-        ToolState.TOMBSTONED: EventKind.TOMBSTONED,
-        ToolState.EVICTED: EventKind.EVICTED,
-        ToolState.RESIDENT: EventKind.REEXPANDED,
-        ToolState.ARCHIVED: EventKind.ARCHIVED,
-    }
-
     def _apply_transition(self, data: Mapping[str, Any]) -> None:
         name, trigger = data["tool"], data["trigger"]
         dest = ToolState(data["dest"])
         self._states[name] = dest
-        kind = EventKind.READMITTED if trigger == "readmit" else self._EVENT_OF[dest]
+        kind = EventKind.READMITTED if trigger == "readmit" else _EVENT_OF[dest]
         self._event(kind, name, data.get("reason") or trigger)
         if dest is ToolState.RESIDENT:
             self._last_turn[name] = self._turn
@@ -402,7 +399,8 @@ class ToolOps(SessionBase):
         state = self._states.get(name) if name in self._tools else None
         if state is not ToolState.RESIDENT:
             self._transition(name, "reexpand", "re-expansion requested")
-        return json.loads(json.dumps(self._spec(name).definition))
+        full: JSONObject = json.loads(json.dumps(self._spec(name).definition))
+        return full
 
     def archive(self, name: str, reason: str = "archived") -> ToolState:
         """Take the tool out of the active index: not searchable, not callable."""
@@ -467,9 +465,13 @@ class ToolOps(SessionBase):
         ):
             for name in names:
                 dest = TOOL_LIFECYCLE.fire(self._states[name], trigger, record=name, facts=facts_after(name))
-                items.append(("transition", {"tool": name, "trigger": trigger, "dest": dest.value, "reason": reason}))
+                items.append(
+                    ("transition", {"tool": name, "trigger": trigger, "dest": dest.value, "reason": reason})
+                )
         if decision.over_budget:
-            items.append(("budget", {"schema_tokens": decision.schema_tokens, "budget": budget.schema_tokens}))
+            items.append(
+                ("budget", {"schema_tokens": decision.schema_tokens, "budget": budget.schema_tokens})
+            )
         first_event = len(self._events)
         self._commit(*items)
         shown = tuple(self._tools[n].shown for n in self._tools if self._states[n] is ToolState.RESIDENT)
@@ -504,7 +506,12 @@ class ToolOps(SessionBase):
             for n, spec in self._tools.items()
         }
         parts["calls"] = {
-            c.id: {"tool": c.tool, "turn": c.turn, "resident": c.id in self._resident, "arguments": c.arguments}
+            c.id: {
+                "tool": c.tool,
+                "turn": c.turn,
+                "resident": c.id in self._resident,
+                "arguments": c.arguments,
+            }
             for c in self._calls.values()
         }
         parts["tombstones"] = self.tombstones()

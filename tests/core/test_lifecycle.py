@@ -18,12 +18,19 @@ def _guard_names(lifecycle: Lifecycle[Any]) -> list[str]:
 
 def _all_facts(lifecycle: Lifecycle[Any]) -> list[dict[str, bool]]:
     names = _guard_names(lifecycle)
-    return [dict(zip(names, values, strict=True)) for values in itertools.product([False, True], repeat=len(names))]
+    return [
+        dict(zip(names, values, strict=True))
+        for values in itertools.product([False, True], repeat=len(names))
+    ]
 
 
 @pytest.mark.parametrize("lifecycle", LIFECYCLES, ids=lambda lc: lc.kind)
-def test_every_state_trigger_pair_reaches_the_table_target_or_raises_unchanged(lifecycle: Lifecycle[Any]) -> None:
-    for state, trigger, facts in itertools.product(lifecycle.states, lifecycle.triggers, _all_facts(lifecycle)):
+def test_every_state_trigger_pair_reaches_the_table_target_or_raises_unchanged(
+    lifecycle: Lifecycle[Any],
+) -> None:
+    for state, trigger, facts in itertools.product(
+        lifecycle.states, lifecycle.triggers, _all_facts(lifecycle)
+    ):
         rows = [r for r in lifecycle.table if r.source is state and r.trigger == trigger and r.allows(facts)]
         expected = rows[0].dest if rows else None
         assert lifecycle.target(state, trigger, facts) == expected
@@ -57,8 +64,14 @@ def test_evicting_a_tool_with_resident_arguments_raises_ghost_tool_error() -> No
 
 def test_pruning_goes_to_tombstoned_with_arguments_and_evicted_without() -> None:
     fire = TOOL_LIFECYCLE.fire
-    assert fire(ToolState.RESIDENT, "prune", record="t", facts={"arguments_resident": True}) is ToolState.TOMBSTONED
-    assert fire(ToolState.RESIDENT, "prune", record="t", facts={"arguments_resident": False}) is ToolState.EVICTED
+    assert (
+        fire(ToolState.RESIDENT, "prune", record="t", facts={"arguments_resident": True})
+        is ToolState.TOMBSTONED
+    )
+    assert (
+        fire(ToolState.RESIDENT, "prune", record="t", facts={"arguments_resident": False})
+        is ToolState.EVICTED
+    )
 
 
 def test_an_unknown_trigger_is_an_illegal_transition() -> None:

@@ -26,7 +26,9 @@ def default_corpus() -> Path:
 def load_servers(corpus: Path) -> dict[str, list[dict[str, Any]]]:
     """Server name -> tools for every top-level ``*.json`` file of ``corpus`` (not ``variants/``)."""
     if not corpus.is_dir():
-        raise FileNotFoundError(f"corpus folder not found: {corpus} (pass --corpus DIR or set RESIDENCY_CORPUS)")
+        raise FileNotFoundError(
+            f"corpus folder not found: {corpus} (pass --corpus DIR or set RESIDENCY_CORPUS)"
+        )
     servers: dict[str, list[dict[str, Any]]] = {}
     for path in sorted(corpus.glob("*.json")):
         data = json.loads(path.read_text())

@@ -40,7 +40,12 @@ class BenchReport:
         return all(f.ok is not False for f in self.figures)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "machine": machine(), "figures": [asdict(f) for f in self.figures], "data": self.data}
+        return {
+            "name": self.name,
+            "machine": machine(),
+            "figures": [asdict(f) for f in self.figures],
+            "data": self.data,
+        }
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2, sort_keys=True)

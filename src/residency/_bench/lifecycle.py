@@ -40,8 +40,14 @@ def _tools(n: int, corpus: Path | None) -> list[dict[str, Any]]:
         real = [t for tools in load_servers(corpus or default_corpus()).values() for t in tools]
     except FileNotFoundError:
         real = [
-            {"name": "t", "description": "A tool. " * 20,
-             "inputSchema": {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(8)}}}
+            {
+                "name": "t",
+                "description": "A tool. " * 20,
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {f"p{i}": {"type": "string"} for i in range(8)},
+                },
+            }
         ]
     out = []
     for i in range(n):
@@ -52,7 +58,11 @@ def _tools(n: int, corpus: Path | None) -> list[dict[str, Any]]:
 
 
 def _arguments(rng: random.Random, i: int) -> dict[str, Any]:
-    return {"path": f"/srv/data/file_{i}.txt", "line": rng.randint(1, 500), "query": "error budget " * rng.randint(1, 3)}
+    return {
+        "path": f"/srv/data/file_{i}.txt",
+        "line": rng.randint(1, 500),
+        "query": "error budget " * rng.randint(1, 3),
+    }
 
 
 def run(args: argparse.Namespace) -> BenchReport:
