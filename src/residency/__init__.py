@@ -4,9 +4,11 @@ Schemas and call arguments leave the context together, or a tombstone says why n
 tools come back by re-expansion; every change is journaled.
 """
 
+from residency._core._chains import ChainRecord, ChainVerdict
 from residency._core._events import Event, EventKind
 from residency._core._lifecycle import SPAN_LIFECYCLE, TOOL_LIFECYCLE, Lifecycle, SpanState, ToolState, Transition
 from residency._core._planner import Budget
+from residency._core._spans import PRECONDITION_TAGS, SpanRecord, WindowItem, WindowItemKind
 from residency._core._tools import CallRecord, ToolSpec, definition_hash, is_mutation
 from residency._errors import (
     ArgumentsInvalid,
@@ -24,10 +26,12 @@ from residency._errors import (
     ToolArchived,
     ToolNotResident,
     UnrecoverablePruneError,
+    UnverifiedSummary,
 )
 from residency._session import Session
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Clock, JournalEntry, Store, SystemClock
+from residency._store._sqlite import SQLiteStore, open_store
 from residency._tokens import count_tokens, tokenizer_name
 from residency._tool_ops import TurnPlan
 
@@ -39,6 +43,8 @@ __all__ = (
     "CallRecord",
     "CallRefused",
     "ChainCollision",
+    "ChainRecord",
+    "ChainVerdict",
     "Clock",
     "ConfigError",
     "Event",
@@ -51,10 +57,13 @@ __all__ = (
     "Lifecycle",
     "MemoryStore",
     "NotFound",
+    "PRECONDITION_TAGS",
     "ResidencyError",
     "SPAN_LIFECYCLE",
+    "SQLiteStore",
     "SchemaError",
     "Session",
+    "SpanRecord",
     "SpanState",
     "Store",
     "StoreError",
@@ -67,9 +76,13 @@ __all__ = (
     "Transition",
     "TurnPlan",
     "UnrecoverablePruneError",
+    "UnverifiedSummary",
+    "WindowItem",
+    "WindowItemKind",
     "__version__",
     "count_tokens",
     "definition_hash",
     "is_mutation",
+    "open_store",
     "tokenizer_name",
 )

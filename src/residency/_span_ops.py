@@ -104,7 +104,9 @@ class SpanOps(SessionBase):
     def _read(self, record: SpanRecord) -> str:
         data = self._store.get_content(record.key)
         if content_key(data) != record.key:
-            raise StoreError(f"span {record.id!r}: the store returned bytes for another key than {record.key}")
+            raise StoreError(
+                f"span {record.id!r}: the store returned bytes for another key than {record.key}"
+            )
         return data.decode("utf-8")
 
     # -- adding ------------------------------------------------------------------------------
@@ -156,18 +158,26 @@ class SpanOps(SessionBase):
             return
         key = self._store.put_content(self._resident_text(record).encode("utf-8"))
         if key != record.key:
-            raise StoreError(f"span {record.id!r}: the store filed its bytes under {key}, expected {record.key}")
+            raise StoreError(
+                f"span {record.id!r}: the store filed its bytes under {key}, expected {record.key}"
+            )
 
-    def _leave(self, span_id: str, trigger: str) -> tuple[str, Mapping[str, Any]] | None:
-        """Check a leaving trigger and write the bytes first; the journal item, or None if a no-op."""
-        record = self._spans[span_id]
+    def _leave(self, span_id: str, dest: SpanState, trigger: str) -> tuple[str, Mapping[str, Any]] | None:
+        """Write a leaving span's bytes first; its journal item, or None if nothing changes."""
         state = self._span_states[span_id]
-        dest = fire_span(record, state, trigger, externalized_copy=span_id in self._stored)
         if dest is state:
             return None
         if state is SpanState.RESIDENT:
-            self._put(record)
+            self._put(self._spans[span_id])
         return ("span_transition", {"id": span_id, "trigger": trigger, "dest": dest.value})
+
+    def _fire(self, span_id: str, trigger: str) -> SpanState:
+        return fire_span(
+            self._spans[span_id],
+            self._span_states[span_id],
+            trigger,
+            externalized_copy=span_id in self._stored,
+        )
 
     def externalize(self, span_id: str) -> str:
         """Write the span to the content store and leave a pointer showing its key.
@@ -183,7 +193,7 @@ class SpanOps(SessionBase):
             IllegalTransition: the span was evicted (restore it first).
         """
         self.span(span_id)
-        item = self._leave(span_id, "externalize")
+        item = self._leave(span_id, self._fire(span_id, "externalize"), "externalize")
         if item is not None:
             self._commit(item)
         return self._spans[span_id].key
@@ -202,12 +212,9 @@ class SpanOps(SessionBase):
         """
         for span_id in span_ids:
             self.span(span_id)
-        ids = list(dict.fromkeys(span_ids))
-        for span_id in ids:
-            # Check every span before writing anything, so a refusal changes nothing.
-            record = self._spans[span_id]
-            fire_span(record, self._span_states[span_id], "evict", externalized_copy=span_id in self._stored)
-        items = [item for span_id in ids if (item := self._leave(span_id, "evict")) is not None]
+        # Check every span before writing anything, so a refusal changes nothing.
+        dests = {span_id: self._fire(span_id, "evict") for span_id in dict.fromkeys(span_ids)}
+        items = [item for i, dest in dests.items() if (item := self._leave(i, dest, "evict")) is not None]
         if items:
             self._commit(*items)
 
@@ -236,11 +243,13 @@ class SpanOps(SessionBase):
         """
         record = self.span(span_id)
         state = self._span_states[span_id]
-        fire_span(record, state, "restore", externalized_copy=span_id in self._stored)
+        self._fire(span_id, "restore")
         if state is SpanState.RESIDENT:
             return self._resident_text(record)
         text = self._read(record)
-        self._commit(("span_transition", {"id": span_id, "trigger": "restore", "dest": SpanState.RESIDENT.value}))
+        self._commit(
+            ("span_transition", {"id": span_id, "trigger": "restore", "dest": SpanState.RESIDENT.value})
+        )
         self._texts[span_id] = text
         return text
 
@@ -268,7 +277,9 @@ class SpanOps(SessionBase):
         if unresolved or not record.verified:
             raise UnverifiedSummary(
                 f"summary {span_id!r} cannot be re-grounded: "
-                + (f"sources {', '.join(unresolved)} do not resolve" if unresolved else "it names no sources"),
+                + (
+                    f"sources {', '.join(unresolved)} do not resolve" if unresolved else "it names no sources"
+                ),
                 span=span_id,
                 unresolved=tuple(unresolved),
             )
@@ -339,10 +350,9 @@ class SpanOps(SessionBase):
         refusal = summary_refusal(sources)
         if refusal is not None:
             raise refusal
-        for record in sources:
-            fire_span(record, self._span_states[record.id], "evict", externalized_copy=record.id in self._stored)
+        dests = {i: self._fire(i, "evict") for i in ids}
         items: list[tuple[str, Mapping[str, Any]]] = [
-            item for i in ids if (item := self._leave(i, "evict")) is not None
+            item for i, dest in dests.items() if (item := self._leave(i, dest, "evict")) is not None
         ]
         summary_id = f"s{len(self._spans) + 1}"
         items.append(
