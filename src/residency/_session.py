@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from residency._chain_ops import ChainOps
 from residency._span_ops import SpanOps
 from residency._tool_ops import ToolOps
 
 __all__ = ["Session"]
 
 
-class Session(ToolOps, SpanOps):
+class Session(ChainOps, ToolOps, SpanOps):
     """One agent session's residency state, journaled to a store.
 
     Example:
@@ -29,6 +30,10 @@ class Session(ToolOps, SpanOps):
         pinned: tools that always stay resident.
         phases: tool names per phase; ``plan_turn(phase=...)`` favours that phase's tools.
         reexpand_tool: the name tombstones tell the model to call.
+        chain_policy: what ``authorize_call`` does with a call that would re-assemble an archived
+            chain: ``"refuse"`` (default, raises ``ChainCollision``) or ``"warn"`` (logs an event).
+        revoke: called once with each credential reference of an archived chain; returns True
+            when it revoked the credential. Outcomes are journaled.
 
     A Session is not thread-safe: drive it from one thread or task at a time.
     """

@@ -21,6 +21,7 @@ from residency._bench._report import BenchReport, machine
 # name -> module; every module exposes SUMMARY, add_arguments(parser) and run(args).
 BENCHES: dict[str, str] = {
     "lifecycle": "residency._bench.lifecycle",
+    "chains": "residency._bench.chains",
 }
 
 
