@@ -1,0 +1,285 @@
+"""The gateway's configuration file: the standard ``mcpServers`` shape plus a ``residency`` section.
+
+The ``mcpServers`` part is the file Claude Desktop, Cursor and VS Code read: stdio entries have
+``command``/``args``/``env``, HTTP entries have ``url``/``headers``. Keys other clients add
+(``autoApprove``, ``alwaysAllow``, ...) are accepted and ignored there. The ``residency`` section
+is ours and strict: an unknown or mistyped key is an error that names the file, the key, the line
+and what is expected.
+
+Values in ``env`` and ``headers`` are secrets: they are held as ``SecretStr`` (so no ``repr`` or
+log line shows them) and ``Secrets.redact`` scrubs them from any text the gateway sends out.
+``${NAME}`` in those values is replaced by the gateway's own environment variable ``NAME``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from residency._core._planner import Budget
+from residency._errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "GatewayConfig",
+    "HTTPServer",
+    "ResidencySettings",
+    "Secrets",
+    "StdioServer",
+    "load_config",
+    "parse_config",
+]
+
+DEFAULT_CALL_TIMEOUT = 60.0
+"""Seconds an upstream call may take before the agent is told it timed out."""
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BudgetSettings(_Strict):
+    """Token budgets (``residency.budget``)."""
+
+    schema_tokens: int = Field(default=6000, ge=0)
+    argument_tokens: int = Field(default=20000, ge=0)
+
+    def budget(self) -> Budget:
+        return Budget(schema_tokens=self.schema_tokens, argument_tokens=self.argument_tokens)
+
+
+class ResidencySettings(_Strict):
+    """The ``residency`` section: policy for every downstream session.
+
+    Attributes:
+        budget: schema and argument token budgets per turn.
+        pinned: tool names (as the gateway lists them) that always stay resident.
+        phases: phase name -> tool names favoured while that phase is active.
+        minify: how resident tools are shown: ``full-text`` (every description kept),
+            ``compact``, ``minimal`` (every level keeps every validation constraint), or
+            ``none`` (as the upstream sent them). ``lossless`` is another name for ``full-text``.
+        store: where sessions live (``memory://`` or ``sqlite:///path.db``).
+        chains: what a call that would complete an archived fatal chain gets: refused, or
+            forwarded with a warning.
+        call_timeout: seconds an upstream call may take.
+        token: bearer token required by the HTTP transport (``--token`` overrides it).
+        read_only / mutating: override what the tools' annotations say.
+    """
+
+    budget: BudgetSettings = BudgetSettings()
+    pinned: tuple[str, ...] = ()
+    phases: dict[str, tuple[str, ...]] = {}
+    minify: Literal["none", "full-text", "lossless", "compact", "minimal"] = "full-text"
+    store: str = "memory://"
+    chains: Literal["refuse", "warn"] = "refuse"
+    call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
+    token: SecretStr | None = None
+    read_only: tuple[str, ...] = ()
+    mutating: tuple[str, ...] = ()
+
+    @field_validator("store")
+    @classmethod
+    def _store_url(cls, value: str) -> str:
+        if value in ("memory:", "memory://") or value.startswith("sqlite:///"):
+            return value
+        raise ValueError("expected 'memory://' or 'sqlite:///path/to/file.db'")
+
+
+class _ServerBase(BaseModel):
+    # Other clients put their own keys in mcpServers entries; they are not ours to refuse.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    disabled: bool = False
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class StdioServer(_ServerBase):
+    """An upstream launched as a subprocess speaking MCP over stdin/stdout."""
+
+    type: Literal["stdio"] = "stdio"
+    command: str = Field(min_length=1)
+    args: tuple[str, ...] = ()
+    env: dict[str, SecretStr] = {}
+    cwd: str | None = None
+
+
+class HTTPServer(_ServerBase):
+    """An upstream reached over streamable HTTP."""
+
+    type: Literal["http", "streamable-http", "streamableHttp"] = "http"
+    url: str = Field(pattern=r"^https?://")
+    headers: dict[str, SecretStr] = {}
+
+
+class GatewayConfig(_Strict):
+    """A whole configuration file. ``source`` names the file in error messages."""
+
+    servers: dict[str, StdioServer | HTTPServer] = Field(default={}, alias="mcpServers")
+    residency: ResidencySettings = ResidencySettings()
+    source: str = "<config>"
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def enabled_servers(self) -> dict[str, StdioServer | HTTPServer]:
+        return {k: v for k, v in self.servers.items() if not v.disabled}
+
+    def secrets(self) -> Secrets:
+        values: list[str] = []
+        for server in self.servers.values():
+            found = server.env if isinstance(server, StdioServer) else server.headers
+            values.extend(v.get_secret_value() for v in found.values())
+        if self.residency.token is not None:
+            values.append(self.residency.token.get_secret_value())
+        return Secrets(values)
+
+
+class Secrets:
+    """Secret values that must never leave the gateway in text it writes."""
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        # Very short values would scrub ordinary words; they are not secrets worth the name.
+        self._values = sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+
+    def add(self, *values: str) -> None:
+        self._values = sorted({*self._values, *(v for v in values if len(v) >= 4)}, key=len, reverse=True)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret value replaced by ``***``."""
+        for value in self._values:
+            if value in text:
+                text = text.replace(value, "***")
+        return text
+
+
+def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
+    """Read and validate a configuration file.
+
+    Raises:
+        ConfigError: the file is missing, not JSON, or has a wrong key or value; the message
+            names the file, the key (``where``), the line and what is expected. No secret value
+            appears in it.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            f"{file}: cannot read the configuration file ({exc.strerror})", where=str(file)
+        ) from None
+    return parse_config(text, source=str(file))
+
+
+def parse_config(
+    text: str, *, source: str = "<config>", environ: Mapping[str, str] | None = None
+) -> GatewayConfig:
+    """Validate configuration text (see ``load_config``)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{source}: line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})",
+            where=f"line {exc.lineno}",
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object with 'mcpServers'", where="$")
+    env = os.environ if environ is None else environ
+    data = _expand(data, env, source, text)
+    servers = data.get("mcpServers", {})
+    if not isinstance(servers, dict):
+        raise _config_error(source, text, ("mcpServers",), "expected an object of server entries", None)
+    picked: dict[str, StdioServer | HTTPServer] = {}
+    for name, entry in servers.items():
+        loc = ("mcpServers", name)
+        if not isinstance(entry, dict) or ("url" not in entry and "command" not in entry):
+            raise _config_error(
+                source, text, loc, "expected an object with 'command' (stdio) or 'url' (HTTP)", None
+            )
+        model = HTTPServer if "url" in entry else StdioServer
+        picked[name] = _validate(model, entry, source, text, loc)
+    return _validate(GatewayConfig, {**data, "mcpServers": picked, "source": source}, source, text, ())
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _validate(model: type[_M], data: Any, source: str, text: str, prefix: tuple[str, ...]) -> _M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = prefix + tuple(str(p) for p in first["loc"])
+        # Values of env/headers are secrets: name the key, never echo the value.
+        raise _config_error(source, text, loc, _expected(first), first.get("type")) from None
+
+
+def _expected(error: Any) -> str:
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    msg = str(error.get("msg", "invalid value"))
+    return msg.removeprefix("Value error, ")
+
+
+def _config_error(source: str, text: str, loc: tuple[str, ...], expected: str, kind: object) -> ConfigError:
+    key = ".".join(loc) if loc else "$"
+    line = _line_of(text, loc)
+    where = f"line {line}, " if line else ""
+    return ConfigError(f"{source}: {where}key '{key}': {expected}", where=key)
+
+
+def _line_of(text: str, loc: tuple[str, ...]) -> int | None:
+    """Best effort: the line where the last key of ``loc`` appears, searched after its parents."""
+    pos = 0
+    found: int | None = None
+    for part in loc:
+        if part.isdigit():
+            continue
+        at = text.find(json.dumps(part), pos)
+        if at < 0:
+            break
+        pos = at
+        found = at
+    return None if found is None else text.count("\n", 0, found) + 1
+
+
+def _expand(data: dict[str, Any], env: Mapping[str, str], source: str, text: str) -> dict[str, Any]:
+    servers = data.get("mcpServers")
+    if not isinstance(servers, dict):
+        return data
+    out: dict[str, Any] = {}
+    for name, entry in servers.items():
+        if isinstance(entry, dict):
+            entry = dict(entry)
+            for field in ("env", "headers"):
+                values = entry.get(field)
+                if isinstance(values, dict):
+                    entry[field] = {
+                        k: _expand_value(v, env, source, text, ("mcpServers", name, field, k))
+                        for k, v in values.items()
+                    }
+        out[name] = entry
+    return {**data, "mcpServers": out}
+
+
+def _expand_value(value: Any, env: Mapping[str, str], source: str, text: str, loc: tuple[str, ...]) -> Any:
+    if not isinstance(value, str):
+        return value
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise _config_error(source, text, loc, f"environment variable {name} is not set", None)
+        return env[name]
+
+    return _ENV_REF.sub(sub, value)

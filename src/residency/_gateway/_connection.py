@@ -1,0 +1,100 @@
+"""Which downstream session a request belongs to. The one place that reaches ``ctx.session._connection``.
+
+mcp 2.3.0 gives low-level handlers no public per-connection handle: ``ctx.session`` is rebuilt
+for every request, and the connection object behind it is private. Everything the gateway
+needs from it is read here, so an SDK change touches one module.
+
+How a request finds its session, first match wins:
+
+1. ``_meta["residency/session"]`` on the request: a key the client repeats on every request
+   (the 2026-07-28 way, and how a handshake-era client resumes a session after a restart).
+2. The ``Residency-Session`` HTTP header.
+3. Handshake era: the connection itself (its key is remembered in the connection's state, so a
+   key given once sticks to the connection). On a 2026-07-28 stdio pipe: the pipe.
+4. The gateway's default key (``residency serve --session``; stdio serves one client, so its
+   session survives a restart), else a fresh key per connection.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from typing import Any
+
+from mcp.server.connection import Connection
+from mcp.server.context import ServerRequestContext
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+__all__ = ["SESSION_HEADER", "SESSION_META_KEY", "connection_of", "is_modern", "session_key"]
+
+SESSION_META_KEY = "residency/session"
+"""The ``_meta`` key a client repeats to name its session."""
+
+SESSION_HEADER = "residency-session"
+"""The HTTP header that names the session (case-insensitive)."""
+
+_STATE_KEY = "residency.session"
+_KEY_OK = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
+
+
+def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection:
+    """The connection a request arrived on (private in mcp 2.3.0)."""
+    connection: Connection = ctx.session._connection
+    return connection
+
+
+def is_modern(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the request speaks the 2026-07-28 era (no handshake, no per-connection state)."""
+    return ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+
+def _explicit_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    meta = ctx.meta
+    value = meta.get(SESSION_META_KEY) if isinstance(meta, dict) else None
+    if value is None and ctx.params is not None:
+        raw = ctx.params.get("_meta")
+        if isinstance(raw, dict):
+            value = raw.get(SESSION_META_KEY)
+    if value is None and ctx.request is not None:
+        headers = getattr(ctx.request, "headers", None)
+        if headers is not None:
+            value = headers.get(SESSION_HEADER)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _KEY_OK.match(value):
+        raise ValueError(
+            f"{SESSION_META_KEY} must be 1-128 characters of letters, digits and ._:@/+=- "
+            f"(got {str(value)[:40]!r})"
+        )
+    return value
+
+
+def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str:
+    """The session key of a request (see the module docstring).
+
+    Raises:
+        ValueError: a malformed explicit key.
+    """
+    explicit = _explicit_key(ctx)
+    connection = connection_of(ctx)
+    if not is_modern(ctx):
+        state = connection.state
+        if explicit is not None:
+            state[_STATE_KEY] = explicit
+            return explicit
+        known = state.get(_STATE_KEY)
+        if isinstance(known, str):
+            return known
+        key = default or (
+            f"http-{connection.session_id}" if connection.session_id else f"conn-{uuid.uuid4().hex}"
+        )
+        state[_STATE_KEY] = key
+        return key
+    if explicit is not None:
+        return explicit
+    if default is not None:
+        return default
+    if connection.has_standalone_channel:
+        # A 2026-07-28 duplex pipe (stdio): one Connection per request, one outbound per pipe.
+        return f"pipe-{id(connection.outbound):x}"
+    return "anonymous"

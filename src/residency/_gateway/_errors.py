@@ -1,0 +1,118 @@
+"""The one table that turns domain errors into what an MCP client receives.
+
+A refusal the model should read and act on (a tombstoned tool, invalid arguments, an upstream
+that crashed) becomes an ``isError`` tool result whose text is the error's message and whose
+``_meta["residency/error"]`` says what happened in machine terms (``reason``, ``type``, and
+``tool``/``path``/``rule`` when the error has them). A request that is itself wrong (an unknown
+tool or resource) or a failure of the gateway (a broken store) becomes a JSON-RPC error.
+
+Rules are tried in order; the first whose type matches wins, so subclasses come before their
+bases. Every text passes through ``Secrets.redact`` first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types as types
+from mcp import MCPError
+
+from residency import _errors as domain
+from residency._gateway._config import Secrets
+from residency._gateway._upstream import UpstreamFailure
+
+__all__ = ["ERROR_META_KEY", "RULES", "Rule", "error_result", "rule_for", "to_mcp_error"]
+
+ERROR_META_KEY = "residency/error"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """How one error type reaches the client.
+
+    Attributes:
+        error: the exception type (subclasses match too, unless an earlier rule took them).
+        reason: a stable machine name, sent in ``_meta["residency/error"]["reason"]``.
+        as_result: an ``isError`` tool result (the model reads it) rather than a JSON-RPC error.
+        code: the JSON-RPC error code when not ``as_result`` (and for non-tool requests).
+    """
+
+    error: type[BaseException]
+    reason: str
+    as_result: bool
+    code: int = types.INTERNAL_ERROR
+
+
+def _optional(name: str, reason: str, as_result: bool, code: int = types.INTERNAL_ERROR) -> tuple[Rule, ...]:
+    found = getattr(domain, name, None)
+    return (Rule(found, reason, as_result, code),) if isinstance(found, type) else ()
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(domain.ToolNotResident, "tool_not_resident", True, types.INVALID_PARAMS),
+    Rule(domain.ToolArchived, "tool_archived", True, types.INVALID_PARAMS),
+    Rule(domain.ArgumentsInvalid, "arguments_invalid", True, types.INVALID_PARAMS),
+    Rule(domain.ChainCollision, "chain_collision", True, types.INVALID_PARAMS),
+    Rule(domain.CallRefused, "call_refused", True, types.INVALID_PARAMS),
+    Rule(UpstreamFailure, "upstream_failure", True),
+    Rule(domain.GhostToolError, "ghost_tool", True, types.INVALID_PARAMS),
+    Rule(domain.IllegalTransition, "illegal_transition", True, types.INVALID_PARAMS),
+    Rule(domain.UnrecoverablePruneError, "unrecoverable_prune", True, types.INVALID_PARAMS),
+    *_optional("UnverifiedSummary", "unverified_summary", True, types.INVALID_PARAMS),
+    Rule(domain.NotFound, "not_found", False, types.INVALID_PARAMS),
+    Rule(domain.SchemaError, "schema_error", True, types.INVALID_PARAMS),
+    Rule(domain.ConfigError, "config_error", False, types.INVALID_PARAMS),
+    Rule(domain.InvalidInput, "invalid_input", True, types.INVALID_PARAMS),
+    Rule(domain.IntegrityError, "integrity_error", False, types.INTERNAL_ERROR),
+    Rule(domain.StoreError, "store_error", False, types.INTERNAL_ERROR),
+    Rule(domain.ResidencyError, "residency_error", False, types.INTERNAL_ERROR),
+)
+
+
+def rule_for(error: BaseException) -> Rule | None:
+    """The first rule matching ``error``, or None for errors that are not ours."""
+    for rule in RULES:
+        if isinstance(error, rule.error):
+            return rule
+    return None
+
+
+def _details(error: BaseException, rule: Rule) -> dict[str, Any]:
+    details: dict[str, Any] = {"reason": rule.reason, "type": type(error).__name__}
+    for attr in ("tool", "path", "rule", "expected_failure", "server", "where", "timed_out"):
+        value = getattr(error, attr, None)
+        if value not in (None, ""):
+            details[attr] = value
+    return details
+
+
+def error_result(error: BaseException, secrets: Secrets, *, prefix: str = "") -> types.CallToolResult:
+    """The ``isError`` tool result for ``error`` (whatever its rule says: the caller decided)."""
+    rule = rule_for(error) or Rule(type(error), "internal_error", True)
+    text = secrets.redact(prefix + str(error))
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        is_error=True,
+        _meta={ERROR_META_KEY: _details(error, rule)},
+    )
+
+
+def to_mcp_error(error: BaseException, secrets: Secrets) -> MCPError:
+    """The JSON-RPC error for ``error``; unknown errors say only that the gateway failed."""
+    rule = rule_for(error)
+    if rule is None:
+        return MCPError(code=types.INTERNAL_ERROR, message="internal gateway error")
+    return MCPError(code=rule.code, message=secrets.redact(str(error)), data=_details(error, rule))
+
+
+def call_outcome(error: BaseException, secrets: Secrets) -> types.CallToolResult:
+    """What a ``tools/call`` answers for ``error``: a result the model reads, or raise.
+
+    Raises:
+        MCPError: the rule says the request itself is wrong or the gateway failed.
+    """
+    rule = rule_for(error)
+    if rule is not None and rule.as_result:
+        return error_result(error, secrets)
+    raise to_mcp_error(error, secrets)

@@ -1,0 +1,557 @@
+"""The gateway: an MCP server in front of upstream MCP servers, one ``Session`` per client session.
+
+Theory of operation
+-------------------
+``Gateway`` is an async context manager. Entering it opens the store, starts every upstream
+(each in its own task, see ``_upstream``) and builds the aggregated catalog; leaving it stops
+them. ``gateway.server`` is the low-level ``mcp`` server to run over stdio, streamable HTTP or
+in-process.
+
+Every request is mapped to a session key (``_connection.session_key``) and so to a
+``GatewaySession``. Each ``tools/call`` is a turn:
+
+1. a meta-tool runs against the session; any other call is authorized by the session first
+   (withheld, archived, invalid arguments, chain collision: refused with the tombstone or error
+   text, never forwarded);
+2. the call's arguments are recorded (they are in the model's transcript now) and the call is
+   forwarded upstream with a timeout;
+3. the session plans the next turn (``plan_turn``), so a tool unused for a while is demoted
+   under budget pressure, and a demoted tool with visible arguments is tombstoned;
+4. if what the client sees changed, it is told: ``tools/list_changed`` in the handshake era,
+   ``resources/updated`` for ``residency://tombstones`` on listen streams in the 2026-07-28 era.
+
+Handshake era: ``tools/list`` is the session's resident tools (minified) plus the meta-tools,
+with the tombstones in ``reexpand_tools``' description. 2026-07-28: ``tools/list`` is the same
+for every session (pinned tools plus the meta-tools); a session starts with every other tool
+withheld, and re-expanded tools are called by name.
+
+The gateway assumes call arguments stay in the transcript (it cannot edit it), so the planner
+gets no argument budget, unless the host takes part: a host that sends
+``_meta["residency/evicted_calls"]`` (call ids it dropped; each forwarded result names its call
+id in ``_meta["residency/call"]``) gets the configured argument budget and the planner's
+evictions in ``_meta["residency/evict"]``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import anyio.abc
+import jsonschema
+import mcp_types as types
+from mcp import MCPError
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
+from mcp.server.subscriptions import ResourceUpdated, ToolsListChanged
+
+from residency._core._planner import Budget
+from residency._core._tools import JSONObject, parse_tool
+from residency._errors import NotFound, ResidencyError, StoreError
+from residency._gateway import _meta_tools as meta
+from residency._gateway import _resources as res
+from residency._gateway._aggregate import Catalog, build_catalog
+from residency._gateway._config import GatewayConfig, Secrets
+from residency._gateway._connection import connection_of, is_modern, session_key
+from residency._gateway._errors import call_outcome, error_result, to_mcp_error
+from residency._gateway._sessions import GatewaySession, SessionTable, View, store_id
+from residency._gateway._upstream import Upstream, UpstreamFailure
+from residency._session import Session
+from residency._store._memory import MemoryStore
+from residency._store._protocol import Store
+
+__all__ = ["Gateway"]
+
+logger = logging.getLogger("residency.gateway")
+
+CALL_META_KEY = "residency/call"
+EVICTED_META_KEY = "residency/evicted_calls"
+EVICT_META_KEY = "residency/evict"
+_UNBOUNDED = 1 << 62
+_MODERN_LIST_HINT = {"ttl_ms": 0, "cache_scope": "public"}
+_PRIVATE = {"ttl_ms": 0, "cache_scope": "private"}
+
+
+def open_store(url: str) -> Store:
+    """The store for a URL (``memory://`` or ``sqlite:///path``).
+
+    Raises:
+        ConfigError: an unknown URL.
+        StoreError: the store cannot be opened.
+    """
+    if url in ("memory:", "memory://"):
+        return MemoryStore()
+    try:
+        module = importlib.import_module("residency._store._sqlite")
+    except ImportError:
+        raise StoreError(f"cannot open {url!r}: the SQLite store is not available in this build") from None
+    store: Store = module.open_store(url)
+    return store
+
+
+def _minifier(level: str) -> Callable[[JSONObject], JSONObject] | None:
+    """How resident tools are shown; a tool the minifier cannot process is shown in full."""
+    if level == "none":
+        return None
+    try:
+        module = importlib.import_module("residency._core._minify")
+    except ImportError:
+        return None
+    minify_tool = module.minify_tool
+    chosen = "full-text" if level == "lossless" else level
+
+    def minify(tool: JSONObject) -> JSONObject:
+        try:
+            shown: JSONObject = minify_tool(tool, chosen)
+        except ResidencyError as exc:
+            logger.warning("tool %s is shown unminified: %s", tool.get("name"), exc)
+            return tool
+        return shown
+
+    return minify
+
+
+class _GatewayServer(Server[Any]):
+    """Advertises ``tools.listChanged`` in the handshake era (off by default in mcp 2.3.0)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+        )
+
+
+class Gateway:
+    """The MCP gateway (see the module docstring).
+
+    Args:
+        config: the configuration (``load_config``); its upstreams are started on entry.
+        upstreams: extra in-process upstream servers by name (the demo desk, tests).
+        store: where sessions are journaled (opened from ``config.residency.store`` if omitted).
+        default_session: the session key for requests that name none (stdio: one client per
+            process, so its session survives a restart); None gives each connection its own.
+        timeout: seconds per upstream call (``config.residency.call_timeout`` if omitted).
+    """
+
+    def __init__(
+        self,
+        config: GatewayConfig | None = None,
+        *,
+        upstreams: Mapping[str, Server[Any]] | None = None,
+        store: Store | None = None,
+        default_session: str | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        self.config = config if config is not None else GatewayConfig()
+        settings = self.config.residency
+        self.secrets: Secrets = self.config.secrets()
+        self.default_session = default_session
+        self._budget = settings.budget.budget()
+        self._minify = _minifier(settings.minify)
+        self._store = store
+        self._owns_store = store is None
+        call_timeout = timeout if timeout is not None else settings.call_timeout
+        self.upstreams: dict[str, Upstream] = {}
+        for name, entry in self.config.enabled_servers.items():
+            self.upstreams[name] = Upstream(
+                name, entry, timeout=entry.timeout or call_timeout, on_tools_changed=self._upstream_changed
+            )
+        for name, target in (upstreams or {}).items():
+            self.upstreams[name] = Upstream(
+                name, target, timeout=call_timeout, on_tools_changed=self._upstream_changed
+            )
+        overrides: dict[str, dict[str, bool]] = {}
+        for name in settings.read_only:
+            overrides[name] = {"readOnlyHint": True, "destructiveHint": False}
+        for name in settings.mutating:
+            overrides[name] = {"readOnlyHint": False}
+        self._overrides = overrides
+        self.catalog = Catalog()
+        self._sessions: SessionTable | None = None
+        self._stack: AsyncExitStack | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._tool_models: dict[tuple[str, str], types.Tool] = {}
+        self._shown_cache: dict[str, JSONObject] = {}
+        self.server = self._build_server()
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Gateway:
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            if self._store is None:
+                self._store = open_store(self.config.residency.store)
+            if self._owns_store:
+                stack.callback(self._store.close)
+            self._sessions = SessionTable(self._store, self._open_session)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.push_async_callback(self._stop_upstreams)
+            await self._start_upstreams()
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            if self._tg is not None:
+                self._tg.cancel_scope.cancel()
+            await stack.__aexit__(None, None, None)
+
+    async def _start_upstreams(self) -> None:
+        assert self._tg is not None
+        tg = self._tg
+
+        async def start(upstream: Upstream) -> None:
+            try:
+                await upstream.start(tg)
+            except UpstreamFailure as exc:
+                logger.warning("%s", self.secrets.redact(str(exc)))
+
+        async with anyio.create_task_group() as starting:
+            for upstream in self.upstreams.values():
+                starting.start_soon(start, upstream)
+        self._rebuild_catalog()
+
+    async def _stop_upstreams(self) -> None:
+        with anyio.CancelScope(shield=True):
+            for upstream in self.upstreams.values():
+                await upstream.stop()
+
+    # -- the catalog -------------------------------------------------------------------------
+
+    def _rebuild_catalog(self) -> None:
+        offered: dict[str, list[JSONObject]] = {}
+        for name, upstream in self.upstreams.items():
+            offered[name] = [t for t in upstream.tools if self._usable(name, t)]
+        self.catalog = build_catalog(offered, reserved=meta.META_TOOLS, overrides=self._overrides)
+        self._shown_cache.clear()
+
+    def _usable(self, server: str, tool: Mapping[str, Any]) -> bool:
+        try:
+            parsed = parse_tool(tool, where=f"{server} tool")
+            schema = parsed["inputSchema"]
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except (ResidencyError, jsonschema.SchemaError) as exc:
+            logger.warning(
+                "upstream %s: skipping a malformed tool: %s", server, self.secrets.redact(str(exc))
+            )
+            return False
+        return True
+
+    async def _upstream_changed(self, upstream: Upstream) -> None:
+        try:
+            await self.reload(upstream.name)
+        except UpstreamFailure as exc:
+            logger.warning("%s", self.secrets.redact(str(exc)))
+
+    async def reload(self, server: str | None = None) -> None:
+        """List an upstream's tools again (all upstreams when ``server`` is None) and apply changes.
+
+        Every open session re-registers the definitions: a changed definition of a tool with
+        resident arguments is tombstoned until re-expanded. Clients whose view changed are told.
+
+        Raises:
+            UpstreamFailure: the upstream could not list its tools.
+        """
+        names = [server] if server is not None else list(self.upstreams)
+        for name in names:
+            await self.upstreams[name].relist()
+        old_modern = self._modern_view()
+        self._rebuild_catalog()
+        modern_changed = self._modern_view() != old_modern
+        for gs in self._table:
+            before = gs.view(self.catalog)
+            gs.session.register_tools(self.catalog.definitions())
+            await self._announce(gs, before, current=None)
+        if modern_changed:
+            for bus in self._table.buses():
+                await bus.publish(ToolsListChanged())
+
+    def _modern_view(self) -> tuple[tuple[str, str], ...]:
+        pinned = self.config.residency.pinned
+        return tuple((e.name, e.hash) for e in self.catalog.entries() if e.name in pinned)
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    @property
+    def _table(self) -> SessionTable:
+        if self._sessions is None:
+            raise RuntimeError("the gateway is not running: use 'async with Gateway(...)'")
+        return self._sessions
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("the gateway is not running: use 'async with Gateway(...)'")
+        return self._store
+
+    def _open_session(self, key: str, store: Store) -> Session:
+        settings = self.config.residency
+        return Session(
+            store,
+            session_id=store_id(key),
+            minify=self._minify,
+            pinned=settings.pinned,
+            phases={k: list(v) for k, v in settings.phases.items()},
+            reexpand_tool=meta.REEXPAND_TOOLS,
+            chain_policy=settings.chains,
+        )
+
+    def session(self, key: str) -> Session:
+        """The ``Session`` of a session key (opened or reopened from the store if needed)."""
+        return self._session_for(key, modern=False).session
+
+    def _session_for(self, key: str, *, modern: bool) -> GatewaySession:
+        gs, opened = self._table.get(key)
+        if opened:
+            s = gs.session
+            s.register_tools(self.catalog.definitions())
+            if s.turn == 0:
+                # A new session. 2026-07-28: the list is the same for everyone, so only pinned
+                # tools start resident; the rest are withheld until re-expanded.
+                budget = (
+                    Budget(schema_tokens=0, argument_tokens=_UNBOUNDED) if modern else self._turn_budget(gs)
+                )
+                s.plan_turn(budget)
+        return gs
+
+    def _request_session(self, ctx: ServerRequestContext[Any, Any]) -> GatewaySession:
+        try:
+            key = session_key(ctx, self.default_session)
+        except ValueError as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
+        modern = is_modern(ctx)
+        try:
+            gs = self._session_for(key, modern=modern)
+        except ResidencyError as exc:
+            raise to_mcp_error(exc, self.secrets) from None
+        if not modern:
+            gs.connections.add(connection_of(ctx))
+        return gs
+
+    def _turn_budget(self, gs: GatewaySession) -> Budget:
+        if gs.host_applies_evictions:
+            return self._budget
+        return Budget(schema_tokens=self._budget.schema_tokens, argument_tokens=_UNBOUNDED)
+
+    # -- handlers ----------------------------------------------------------------------------
+
+    def _build_server(self) -> Server[Any]:
+        return _GatewayServer(
+            "residency",
+            version=_version(),
+            instructions=(
+                "Tools from several MCP servers behind one gateway. Some tool schemas may be withheld "
+                "to save context: use search_tools to find them and reexpand_tools before calling one. "
+                "A withheld tool whose earlier arguments you can still see is listed in reexpand_tools' "
+                "description; call reexpand_tools first instead of rebuilding the call from memory."
+            ),
+            get_tool_input_schema=self._input_schema,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_list_resource_templates=self._list_templates,
+            on_read_resource=self._read_resource,
+            on_subscribe_resource=self._subscribe,
+            on_unsubscribe_resource=self._unsubscribe,
+            on_subscriptions_listen=self._listen,
+        )
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        entry = self.catalog.get(name)
+        if entry is not None:
+            schema: Mapping[str, Any] | None = entry.definition.get("inputSchema")
+            return schema
+        return None
+
+    def _tool_model(self, name: str, digest: str, shown: JSONObject) -> types.Tool:
+        """The listed ``Tool`` of a definition, built once per (name, definition hash)."""
+        key = (name, digest)
+        found = self._tool_models.get(key)
+        if found is None:
+            found = types.Tool.model_validate(shown)
+            if len(self._tool_models) > 100_000:
+                self._tool_models.clear()
+            self._tool_models[key] = found
+        return found
+
+    def _shown(self, name: str, definition: JSONObject) -> JSONObject:
+        shown = self._shown_cache.get(name)
+        if shown is None:
+            shown = self._minify(definition) if self._minify is not None else definition
+            self._shown_cache[name] = shown
+        return shown
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        if is_modern(ctx):
+            pinned = self.config.residency.pinned
+            tools = [
+                self._tool_model(e.name, e.hash, self._shown(e.name, e.definition))
+                for e in self.catalog.entries()
+                if e.name in pinned
+            ]
+            tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions(None)]
+            return types.ListToolsResult(tools=tools, **_MODERN_LIST_HINT)  # type: ignore[arg-type]
+        gs = self._request_session(ctx)
+        tools = [self._tool_model(n, h, d) for n, h, d in gs.resident_definitions(self.catalog)]
+        tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions(gs.session.tombstones())]
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        gs = self._request_session(ctx)
+        s = gs.session
+        name = params.name
+        arguments: JSONObject = dict(params.arguments or {})
+        self._host_evictions(gs, ctx)
+        before = gs.view(self.catalog)
+        extra_meta: JSONObject = {}
+        if name in meta.META_TOOLS:
+            result = self._meta_call(gs, name, arguments)
+        else:
+            result = await self._forward(gs, name, arguments, extra_meta)
+        try:
+            plan = s.plan_turn(self._turn_budget(gs))
+        except ResidencyError as exc:
+            raise to_mcp_error(exc, self.secrets) from None
+        if gs.host_applies_evictions and plan.evictions:
+            extra_meta[EVICT_META_KEY] = list(plan.evictions)
+        await self._announce(gs, before, current=ctx)
+        if extra_meta:
+            result = result.model_copy(update={"meta": {**(result.meta or {}), **extra_meta}})
+        return result
+
+    def _meta_call(self, gs: GatewaySession, name: str, arguments: JSONObject) -> types.CallToolResult:
+        handler = {
+            meta.SEARCH_TOOLS: meta.search_tools,
+            meta.REEXPAND_TOOLS: meta.reexpand_tools,
+            meta.CHECK_CHAIN: meta.check_chain,
+        }[name]
+        try:
+            return handler(gs.session, self.catalog, arguments)
+        except ResidencyError as exc:
+            return call_outcome(exc, self.secrets)
+
+    async def _forward(
+        self, gs: GatewaySession, name: str, arguments: JSONObject, extra_meta: JSONObject
+    ) -> types.CallToolResult:
+        s = gs.session
+        entry = self.catalog.get(name)
+        if entry is None and name not in s.tools():
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"unknown tool {name!r}: use {meta.SEARCH_TOOLS} to find tools",
+                data={"reason": "not_found", "type": "NotFound", "tool": name},
+            )
+        try:
+            s.authorize_call(name, arguments)
+        except ResidencyError as exc:
+            return call_outcome(exc, self.secrets)
+        if entry is None:
+            failure = UpstreamFailure(f"{name}: no upstream offers this tool any more", server="")
+            return error_result(failure, self.secrets)
+        record = s.record_call(name, arguments)
+        extra_meta[CALL_META_KEY] = record.id
+        try:
+            result = await self.upstreams[entry.server].call(entry.upstream_name, arguments)
+        except UpstreamFailure as exc:
+            return error_result(exc, self.secrets)
+        return result
+
+    def _host_evictions(self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> None:
+        meta_in = ctx.meta if isinstance(ctx.meta, dict) else {}
+        ids = meta_in.get(EVICTED_META_KEY)
+        if not isinstance(ids, list):
+            return
+        gs.host_applies_evictions = True
+        known = [i for i in ids if isinstance(i, str) and i in {c.id for c in gs.session.resident_calls()}]
+        if known:
+            gs.session.evict_arguments(*known)
+
+    async def _announce(
+        self, gs: GatewaySession, before: View, *, current: ServerRequestContext[Any, Any] | None
+    ) -> None:
+        after = gs.view(self.catalog)
+        if after == before:
+            return
+        tombstones_changed = after[1] != before[1]
+        here = connection_of(current) if current is not None else None
+        if current is not None and not is_modern(current):
+            # On the request's own stream: a client that never opens the standalone stream
+            # (stateful HTTP) still sees it.
+            await current.session.send_notification(
+                types.ToolListChangedNotification(), related_request_id=current.request_id
+            )
+        for connection in list(gs.connections):
+            if connection is not here:
+                await connection.send_tool_list_changed()
+            if tombstones_changed and res.TOMBSTONES in connection.state.get("residency.subscriptions", ()):
+                await connection.send_resource_updated(res.TOMBSTONES)
+        if tombstones_changed:
+            await gs.bus.publish(ResourceUpdated(uri=res.TOMBSTONES))
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=res.resources(), **_MODERN_LIST_HINT)  # type: ignore[arg-type]
+
+    async def _list_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=res.resource_templates(), **_MODERN_LIST_HINT
+        )  # type: ignore[arg-type]
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        gs = self._request_session(ctx)
+        try:
+            contents = res.read_resource(str(params.uri), gs.session, self.catalog)
+        except NotFound as exc:
+            raise to_mcp_error(exc, self.secrets) from None
+        return types.ReadResourceResult(contents=[contents], **_PRIVATE)  # type: ignore[arg-type]
+
+    async def _subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        gs = self._request_session(ctx)
+        subs = connection_of(ctx).state.setdefault("residency.subscriptions", set())
+        subs.add(str(params.uri))
+        gs.connections.add(connection_of(ctx))
+        return types.EmptyResult()
+
+    async def _unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        connection_of(ctx).state.setdefault("residency.subscriptions", set()).discard(str(params.uri))
+        return types.EmptyResult()
+
+    async def _listen(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        gs = self._request_session(ctx)
+        return await gs.listen(ctx, params)
+
+
+def _version() -> str:
+    from residency import __version__
+
+    return __version__

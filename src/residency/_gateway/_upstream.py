@@ -1,0 +1,274 @@
+"""Upstream MCP servers: one ``mcp.Client`` each, run in its own task, restarted on demand.
+
+Each upstream lives in a task that enters its ``mcp.Client`` and holds it open until the
+gateway stops or the connection dies; calls from any downstream session go through that one
+client (request ids are the client's own, so they never cross downstream sessions). Every
+call has a timeout. When the upstream crashes or hangs, the call fails with ``UpstreamFailure``
+(which the gateway turns into an error result the model can read) and the next call starts the
+upstream again. Messages never carry ``env`` or ``headers`` values.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import anyio.abc
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.server.lowlevel import Server
+
+from residency._core._tools import JSONObject
+from residency._gateway._config import HTTPServer, StdioServer
+
+__all__ = ["Upstream", "UpstreamFailure"]
+
+logger = logging.getLogger("residency.gateway")
+
+STARTUP_TIMEOUT = 30.0
+"""Seconds an upstream may take to start and list its tools."""
+
+OnToolsChanged = Callable[["Upstream"], Awaitable[None]]
+
+
+class UpstreamFailure(Exception):
+    """An upstream failed, timed out or could not be reached; the call may or may not have run.
+
+    Internal to the gateway: the error table turns it into an ``isError`` result naming the
+    upstream, and the gateway keeps serving.
+    """
+
+    def __init__(self, message: str, *, server: str, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.server = server
+        self.timed_out = timed_out
+
+
+class Upstream:
+    """One upstream server.
+
+    Args:
+        name: the server's key in ``mcpServers``.
+        target: a config entry, or an in-process ``mcp.server.lowlevel.Server`` (the demo desk
+            and tests).
+        timeout: seconds a call may take.
+        on_tools_changed: awaited when the upstream says its tool list changed.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        target: StdioServer | HTTPServer | Server[Any],
+        *,
+        timeout: float,
+        on_tools_changed: OnToolsChanged | None = None,
+        errlog: Any = None,
+    ) -> None:
+        self.name = name
+        self._target = target
+        self.timeout = timeout
+        self._on_tools_changed = on_tools_changed
+        self._errlog = errlog
+        self._client: Client | None = None
+        self._stop: anyio.Event | None = None
+        self._done: anyio.Event | None = None
+        self._lock = anyio.Lock()
+        self._tg: anyio.abc.TaskGroup | None = None
+        self.tools: list[JSONObject] = []
+        self.last_error: str = ""
+        self.starts = 0
+
+    @property
+    def kind(self) -> str:
+        if isinstance(self._target, StdioServer):
+            return "stdio"
+        if isinstance(self._target, HTTPServer):
+            return "http"
+        return "in-process"
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None
+
+    # -- lifetime ----------------------------------------------------------------------------
+
+    def _make_client(self) -> Client:
+        target = self._target
+        handler = self._message_handler
+        if isinstance(target, StdioServer):
+            params = StdioServerParameters(
+                command=target.command,
+                args=list(target.args),
+                env={k: v.get_secret_value() for k, v in target.env.items()} or None,
+                cwd=target.cwd,
+            )
+            from mcp.client.stdio import stdio_client
+
+            return Client(
+                stdio_client(params, errlog=self._errlog or sys.stderr),
+                mode="legacy",
+                message_handler=handler,
+            )
+        if isinstance(target, HTTPServer):
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            headers = {k: v.get_secret_value() for k, v in target.headers.items()}
+            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.timeout, read=None))
+            return Client(
+                streamable_http_client(target.url, http_client=http), mode="legacy", message_handler=handler
+            )
+        return Client(target, mode="legacy", message_handler=handler)
+
+    async def start(self, tg: anyio.abc.TaskGroup) -> None:
+        """Connect (in a task of ``tg``) and list the tools.
+
+        Raises:
+            UpstreamFailure: it did not start or list its tools within the startup timeout.
+        """
+        self._tg = tg
+        async with self._lock:
+            await self._start_locked()
+
+    async def _start_locked(self) -> None:
+        if self._client is not None:
+            return
+        if self._tg is None:
+            raise UpstreamFailure(f"upstream {self.name!r} is not running", server=self.name)
+        ready = anyio.Event()
+        failure: list[BaseException] = []
+        self._stop = anyio.Event()
+        self._done = anyio.Event()
+        self.starts += 1
+        self._tg.start_soon(self._run, ready, failure, self._stop, self._done)
+        try:
+            with anyio.fail_after(min(STARTUP_TIMEOUT, max(self.timeout, 5.0))):
+                await ready.wait()
+        except TimeoutError:
+            self._stop.set()
+            self.last_error = "did not start in time"
+            raise UpstreamFailure(
+                f"upstream {self.name!r} did not start in time", server=self.name, timed_out=True
+            ) from None
+        if failure or self._client is None:
+            self.last_error = _describe(failure[0]) if failure else "closed during startup"
+            raise UpstreamFailure(
+                f"upstream {self.name!r} failed to start: {self.last_error}", server=self.name
+            )
+
+    async def _run(
+        self, ready: anyio.Event, failure: list[BaseException], stop: anyio.Event, done: anyio.Event
+    ) -> None:
+        try:
+            async with self._make_client() as client:
+                self.tools = await _list_all(client)
+                self._client = client
+                self.last_error = ""
+                ready.set()
+                await stop.wait()
+        except Exception as exc:  # an upstream's death must not take the gateway down
+            failure.append(exc)
+            self.last_error = _describe(exc)
+            logger.warning("upstream %s (%s) stopped: %s", self.name, self.kind, self.last_error)
+        finally:
+            self._client = None
+            ready.set()
+            done.set()
+
+    async def stop(self) -> None:
+        """Close the connection (the subprocess ends with it)."""
+        if self._stop is not None:
+            self._stop.set()
+        if self._done is not None:
+            with anyio.move_on_after(5):
+                await self._done.wait()
+
+    async def _message_handler(self, message: Any) -> None:
+        changed = isinstance(message, types.ToolListChangedNotification)
+        if changed and self._on_tools_changed is not None and self._tg is not None:
+            self._tg.start_soon(self._on_tools_changed, self)
+
+    # -- requests ----------------------------------------------------------------------------
+
+    async def relist(self) -> list[JSONObject]:
+        """List the tools again (after ``tools/list_changed``)."""
+        client = await self._ensure()
+        try:
+            with anyio.fail_after(self.timeout):
+                self.tools = await _list_all(client)
+        except TimeoutError:
+            raise UpstreamFailure(
+                f"upstream {self.name!r} did not list its tools in time", server=self.name, timed_out=True
+            ) from None
+        except Exception as exc:
+            raise UpstreamFailure(
+                f"upstream {self.name!r} failed to list its tools: {_describe(exc)}", server=self.name
+            ) from None
+        return self.tools
+
+    async def _ensure(self) -> Client:
+        client = self._client
+        if client is None:
+            async with self._lock:
+                await self._start_locked()
+            client = self._client
+        if client is None:
+            raise UpstreamFailure(f"upstream {self.name!r} is not connected", server=self.name)
+        return client
+
+    async def call(self, tool: str, arguments: JSONObject) -> types.CallToolResult:
+        """Forward one ``tools/call``.
+
+        Raises:
+            UpstreamFailure: the upstream could not be reached, crashed, answered with a protocol
+                error, or did not answer within the timeout.
+        """
+        client = await self._ensure()
+        try:
+            with anyio.fail_after(self.timeout):
+                return await client.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
+        except TimeoutError:
+            raise UpstreamFailure(
+                f"upstream {self.name!r} did not answer {tool!r} within {self.timeout:g} s; the call may "
+                f"still be running there",
+                server=self.name,
+                timed_out=True,
+            ) from None
+        except Exception as exc:
+            from mcp import MCPError
+
+            if isinstance(exc, MCPError) and self._client is client and exc.code != types.CONNECTION_CLOSED:
+                # The upstream is alive and refused the request: pass its words on.
+                raise UpstreamFailure(
+                    f"upstream {self.name!r} refused {tool!r}: {exc.error.message}", server=self.name
+                ) from None
+            # The connection is gone: make sure the next call starts it again.
+            await self.stop()
+            raise UpstreamFailure(
+                f"upstream {self.name!r} failed during {tool!r} ({_describe(exc)}); it will be restarted on "
+                f"the next call",
+                server=self.name,
+            ) from None
+
+
+async def _list_all(client: Client) -> list[JSONObject]:
+    tools: list[JSONObject] = []
+    cursor: str | None = None
+    for _ in range(1000):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
+def _describe(exc: BaseException) -> str:
+    """A short description of a failure: the type, and the message when it is not a group."""
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe(exc.exceptions[0])
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,119 @@
+"""Helpers for the gateway tests: a running gateway on the demo desk, and an agent per era."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+from mcp import Client
+
+from residency._gateway import Gateway, IncidentDesk, parse_config
+from residency._gateway._connection import SESSION_META_KEY
+from residency._store._protocol import Store
+
+ERAS = ("legacy", "modern")
+
+
+@pytest.fixture(params=ERAS)
+def era(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def config(residency: Mapping[str, Any] | None = None, servers: Mapping[str, Any] | None = None) -> Any:
+    import json
+
+    return parse_config(json.dumps({"mcpServers": dict(servers or {}), "residency": dict(residency or {})}))
+
+
+class Agent:
+    """An MCP client that names its session on every request, and collects notifications."""
+
+    def __init__(self, client: Client, key: str) -> None:
+        self.client = client
+        self.key = key
+        self.notifications: list[Any] = []
+        self.list_changed = anyio.Event()
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return {SESSION_META_KEY: self.key}
+
+    @property
+    def modern(self) -> bool:
+        return self.client.protocol_version == "2026-07-28"
+
+    async def names(self) -> list[str]:
+        return [t.name for t in (await self.tools())]
+
+    async def tools(self) -> list[types.Tool]:
+        result = await self.client.list_tools(meta=self.meta, cache_mode="refresh")
+        return list(result.tools)
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> types.CallToolResult:
+        return await self.client.call_tool(name, dict(arguments or {}), meta=self.meta)
+
+    async def read(self, uri: str) -> str:
+        result = await self.client.read_resource(uri, meta=self.meta, cache_mode="refresh")
+        content = result.contents[0]
+        assert isinstance(content, types.TextResourceContents)
+        return content.text
+
+    async def use(self, name: str, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """What a careful agent does: re-expand a withheld tool, then call it."""
+        result = await self.call(name, arguments)
+        if reason(result) == "tool_not_resident":
+            assert not (await self.call("reexpand_tools", {"names": [name]})).is_error
+            result = await self.call(name, arguments)
+        return result
+
+
+def reason(result: types.CallToolResult) -> str | None:
+    """The machine reason of a refusal (``_meta["residency/error"]["reason"]``), None if none."""
+    details = (result.meta or {}).get("residency/error")
+    return details.get("reason") if isinstance(details, dict) else None
+
+
+def text(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+@asynccontextmanager
+async def running(
+    residency: Mapping[str, Any] | None = None,
+    *,
+    desk: IncidentDesk | None = None,
+    upstreams: Mapping[str, Any] | None = None,
+    servers: Mapping[str, Any] | None = None,
+    store: Store | None = None,
+    timeout: float | None = None,
+) -> AsyncIterator[Gateway]:
+    ups = dict(upstreams or {})
+    if desk is not None:
+        ups["desk"] = desk.server
+    gateway = Gateway(config(residency, servers), upstreams=ups, store=store, timeout=timeout)
+    async with gateway:
+        yield gateway
+
+
+@asynccontextmanager
+async def agent(gateway: Gateway, era: str, key: str = "agent-1") -> AsyncIterator[Agent]:
+    mode = "legacy" if era == "legacy" else "auto"
+    holder: list[Agent] = []
+
+    async def on_message(message: Any) -> None:
+        if holder:
+            holder[0].notifications.append(message)
+            if isinstance(message, types.ToolListChangedNotification):
+                holder[0].list_changed.set()
+
+    async with AsyncExitStack() as stack:
+        client = await stack.enter_async_context(Client(gateway.server, mode=mode, message_handler=on_message))
+        a = Agent(client, key)
+        holder.append(a)
+        yield a
