@@ -18,6 +18,7 @@ __all__ = ["main"]
 _COMMANDS = (
     "residency._cli._lifecycle",
     "residency._cli._bench",
+    "residency._cli._serve",
     # (serve, demo, minify, inspect are added as they land)
 )
 
