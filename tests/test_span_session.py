@@ -41,12 +41,16 @@ def session() -> Session:
     return Session(MemoryStore(), session_id="refactor")
 
 
-def test_seed_002_the_schema_dump_survives_eviction_pressure_and_a_changed_live_schema(session: Session) -> None:
+def test_seed_002_the_schema_dump_survives_eviction_pressure_and_a_changed_live_schema(
+    session: Session,
+) -> None:
     live = _schema("numeric(12,2)")
     dump = json.dumps(live, indent=2)
     schema = session.add_span(dump, tags={"constraint", "scope_qualifier"}, source="tool:describe_table")
     diffs = [
-        session.add_span(f"--- a/migrations/{i}.sql\n+ALTER TABLE payments ...{i}", tags=["diff"], source="tool:edit")
+        session.add_span(
+            f"--- a/migrations/{i}.sql\n+ALTER TABLE payments ...{i}", tags=["diff"], source="tool:edit"
+        )
         for i in range(3)
     ]
 

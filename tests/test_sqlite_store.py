@@ -1,0 +1,246 @@
+"""The SQLite store: reopen, many sessions in one file, broken and foreign files, hashes."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from residency import (
+    Budget,
+    ConfigError,
+    IntegrityError,
+    JournalEntry,
+    MemoryStore,
+    NotFound,
+    Session,
+    SpanState,
+    SQLiteStore,
+    StoreError,
+    ToolState,
+    open_store,
+)
+from residency._store._sqlite import APPLICATION_ID, SCHEMA_VERSION
+
+from .incident_tools import incident_tools
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "residency.db"
+
+
+def _busy_session(store: SQLiteStore | MemoryStore, session_id: str) -> Session:
+    s = Session(store, session_id=session_id)
+    s.register_tools(incident_tools())
+    call = s.record_call("create_incident", {"title": "db down", "severity": "SEV-1"})
+    s.prune("create_incident")  # tombstoned: its arguments are resident
+    s.evict_arguments(call.id)
+    s.plan_turn(Budget(schema_tokens=400, argument_tokens=200))
+    schema = s.add_span("amount numeric(12,2) not null", tags={"constraint"}, source="tool:describe_table")
+    diff = s.add_span("+ALTER TABLE payments")
+    s.externalize(schema.id)
+    s.summarize([schema.id, diff.id], "constraints checked")
+    return s
+
+
+def test_a_reopened_store_has_the_same_tools_calls_spans_and_tombstones(db: Path) -> None:
+    store = SQLiteStore(db)
+    s = _busy_session(store, "agent-1")
+    expected = s.snapshot()
+    assert expected["spans"] and expected["calls"] and expected["tools"]
+    store.close()
+
+    reopened = Session(SQLiteStore(db), session_id="agent-1")
+    assert reopened.snapshot() == expected
+    assert reopened.tombstones() == s.tombstones()
+    assert reopened.window() == s.window()
+    assert reopened.restore("s1") == "amount numeric(12,2) not null"
+
+
+def test_the_sqlite_store_and_the_memory_store_give_equal_sessions(db: Path) -> None:
+    assert _busy_session(SQLiteStore(db), "a").snapshot() == _busy_session(MemoryStore(), "a").snapshot()
+
+
+def test_one_file_holds_many_sessions(db: Path) -> None:
+    store = SQLiteStore(db)
+    for i in range(5):
+        s = Session(store, session_id=f"agent-{i}")
+        for k in range(i + 1):
+            s.add_span(f"span {k} of agent {i}")
+    store.close()
+    store = SQLiteStore(db)
+    assert store.sessions() == [f"agent-{i}" for i in range(5)]
+    for i in range(5):
+        assert len(Session(store, session_id=f"agent-{i}").spans()) == i + 1
+    assert Session(store, session_id="new").spans() == []
+
+
+def test_an_append_is_all_or_nothing(db: Path) -> None:
+    store = SQLiteStore(db)
+    store.append("s", [JournalEntry("turn", {"turn": 1}, 1.0)])
+    with pytest.raises(StoreError):
+        store.append("s", [JournalEntry("turn", {"turn": 2}, 2.0), JournalEntry("bad", {"x": object()}, 2.0)])
+    assert [e.data for e in store.load("s")] == [{"turn": 1}]
+
+
+def test_content_is_immutable_and_addressed_by_its_hash(db: Path) -> None:
+    store = SQLiteStore(db)
+    key = store.put_content(b"original bytes")
+    assert store.put_content(b"original bytes") == key
+    assert store.get_content(key) == b"original bytes"
+    with pytest.raises(NotFound):
+        store.get_content("sha256:" + "0" * 64)
+
+
+def test_tampered_content_raises_integrity_error(db: Path) -> None:
+    store = SQLiteStore(db)
+    s = Session(store)
+    span = s.add_span("the original", tags={"constraint"})
+    s.externalize(span.id)
+    with sqlite3.connect(db) as raw:
+        raw.execute("UPDATE content SET bytes = ? WHERE key = ?", (b"a forgery", span.key))
+    with pytest.raises(IntegrityError):
+        store.get_content(span.key)
+    with pytest.raises(IntegrityError):
+        s.restore(span.id)
+    assert s.span_state(span.id) is SpanState.EXTERNALIZED
+
+
+def test_a_file_that_is_not_sqlite_is_refused(db: Path) -> None:
+    db.write_text("{'this': 'is a JSON config, not a store'}\n" * 100)
+    with pytest.raises(StoreError):
+        SQLiteStore(db)
+    assert db.read_text().startswith("{'this'")
+
+
+def test_an_sqlite_file_of_another_application_is_refused_and_left_alone(db: Path) -> None:
+    with sqlite3.connect(db) as raw:
+        raw.execute("CREATE TABLE bookmarks (url TEXT)")
+        raw.execute("INSERT INTO bookmarks VALUES ('https://example.org')")
+    raw.close()
+    with pytest.raises(StoreError):
+        SQLiteStore(db)
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert raw.execute("SELECT count(*) FROM bookmarks").fetchone()[0] == 1
+    raw.close()
+
+
+def test_an_sqlite_file_with_another_application_id_is_refused(db: Path) -> None:
+    with sqlite3.connect(db) as raw:
+        raw.execute("PRAGMA application_id = 1234")
+        raw.execute("CREATE TABLE journal (x)")
+    raw.close()
+    with pytest.raises(StoreError):
+        SQLiteStore(db)
+
+
+def test_a_store_written_by_a_newer_version_is_refused(db: Path) -> None:
+    SQLiteStore(db).close()
+    with sqlite3.connect(db) as raw:
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    raw.close()
+    with pytest.raises(StoreError):
+        SQLiteStore(db)
+
+
+def test_a_store_missing_a_table_is_refused(db: Path) -> None:
+    SQLiteStore(db).close()
+    with sqlite3.connect(db) as raw:
+        raw.execute("DROP TABLE content")
+    raw.close()
+    with pytest.raises(StoreError):
+        SQLiteStore(db)
+
+
+def _filled(db: Path) -> None:
+    store = SQLiteStore(db)
+    s = Session(store)
+    for i in range(300):
+        span = s.add_span(f"span {i} " + "x" * 2000)
+        s.externalize(span.id)
+    store.close()  # the last connection checkpoints the WAL into the file
+
+
+def _open_and_read_everything(db: Path) -> None:
+    store = SQLiteStore(db)
+    for session_id in store.sessions():
+        session = Session(store, session_id=session_id)
+        for span in session.spans():
+            session.restore(span.id)
+
+
+def test_a_truncated_store_gives_a_store_error(db: Path) -> None:
+    _filled(db)
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 3])
+    with pytest.raises(StoreError):
+        _open_and_read_everything(db)
+
+
+@pytest.mark.parametrize("page", [1, 2, 5])
+def test_a_store_with_overwritten_pages_gives_a_store_error(db: Path, page: int) -> None:
+    _filled(db)
+    data = bytearray(db.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    start = page * page_size + 8 if page else 100
+    data[start : start + 512] = bytes(range(256)) * 2
+    db.write_bytes(bytes(data))
+    with pytest.raises(StoreError):
+        _open_and_read_everything(db)
+        SQLiteStore(db).check()
+
+
+def test_a_new_store_is_marked_as_residency_in_wal_mode(db: Path) -> None:
+    SQLiteStore(db).close()
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    raw.close()
+
+
+def test_a_closed_store_raises_store_error(db: Path) -> None:
+    store = SQLiteStore(db)
+    store.close()
+    store.close()
+    with pytest.raises(StoreError):
+        store.load("s")
+
+
+def test_a_directory_is_not_a_store(tmp_path: Path) -> None:
+    with pytest.raises(StoreError):
+        SQLiteStore(tmp_path)
+
+
+def test_an_unknown_durability_is_a_config_error(db: Path) -> None:
+    with pytest.raises(ConfigError):
+        SQLiteStore(db, durability="sometimes")  # type: ignore[arg-type]
+
+
+def test_open_store_understands_memory_and_sqlite_urls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert isinstance(open_store("memory:"), MemoryStore)
+    absolute = open_store(f"sqlite:///{tmp_path / 'abs.db'}")
+    assert isinstance(absolute, SQLiteStore) and Path(absolute.path) == tmp_path / "abs.db"
+    monkeypatch.chdir(tmp_path)
+    relative = open_store("sqlite:///rel.db")
+    assert isinstance(relative, SQLiteStore) and (tmp_path / "rel.db").exists()
+    for bad in ("postgres://db", "sqlite:///", "residency.db", ""):
+        with pytest.raises(ConfigError):
+            open_store(bad)
+
+
+def test_tombstones_and_tool_states_survive_a_reopen(db: Path) -> None:
+    store = SQLiteStore(db)
+    s = Session(store, session_id="t")
+    s.register_tools(incident_tools())
+    s.record_call("create_incident", {"title": "x", "severity": "SEV-2"})
+    assert s.prune("create_incident") is ToolState.TOMBSTONED
+    store.close()
+    again = Session(SQLiteStore(db), session_id="t")
+    assert again.state("create_incident") is ToolState.TOMBSTONED
+    assert again.tombstones() == s.tombstones() != []
