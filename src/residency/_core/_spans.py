@@ -51,7 +51,9 @@ __all__ = [
     "summary_verified",
 ]
 
-PRECONDITION_TAGS: frozenset[str] = frozenset({"invariant", "constraint", "negative_result", "scope_qualifier"})
+PRECONDITION_TAGS: frozenset[str] = frozenset(
+    {"invariant", "constraint", "negative_result", "scope_qualifier"}
+)
 """Tags of spans whose content later actions depend on: they leave the window only as pointers."""
 
 
@@ -154,11 +156,13 @@ def parse_span_ids(ids: object, *, where: str = "ids") -> tuple[str, ...]:
         InvalidInput: a lone string, or an id that is not a string.
     """
     if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
-        raise InvalidInput(f"{where} must be a collection of span ids (e.g. [\"s1\", \"s2\"])", where=where)
+        raise InvalidInput(f'{where} must be a collection of span ids (e.g. ["s1", "s2"])', where=where)
     out: list[str] = []
     for i, span_id in enumerate(ids):
         if not isinstance(span_id, str):
-            raise InvalidInput(f"{where}[{i}] must be a span id string, got {span_id!r}", where=f"{where}[{i}]")
+            raise InvalidInput(
+                f"{where}[{i}] must be a span id string, got {span_id!r}", where=f"{where}[{i}]"
+            )
         out.append(span_id)
     return tuple(dict.fromkeys(out))
 
