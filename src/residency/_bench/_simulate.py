@@ -15,9 +15,10 @@ tries to make each call of the trace. The model is seed 000's failure model made
   the stale values otherwise) and drops every field it cannot know about: those that were
   not in the earlier call and that the task does not name (``intent``). That rebuilt call is
   a ghost call.
-- It sees neither: it searches (``search_tools``, the gateway's BM25, with the words of the
-  tool's name unless the trace gives a query) then calls ``reexpand_tools`` where the
-  strategy offers search; elsewhere the call fails.
+- It sees neither: where the strategy offers search it calls ``search_tools`` (the gateway's
+  BM25) with the words of the tool's name (or the trace's ``query``), then once more with
+  the server's name added if the tool was not among the hits, then ``reexpand_tools``;
+  elsewhere the call fails.
 
 Every forwarded call is validated against the FULL definition the upstream serves at that
 turn. A call that is never forwarded, or that the upstream rejects, failed; one the upstream
@@ -40,14 +41,15 @@ import jsonschema
 
 from residency._bench._trace import Toolset, Trace, TraceCall, TraceTurn
 from residency._core._lifecycle import ToolState
-from residency._core._tools import JSONObject
-from residency._errors import CallRefused, IllegalTransition
-from residency._gateway._search import search, tokenize
+from residency._core._tools import JSONObject, definition_hash
+from residency._errors import CallRefused
+from residency._gateway._aggregate import Catalog, CatalogEntry
+from residency._gateway._meta_tools import meta_tool_definitions, reexpand_tools, search_tools
+from residency._gateway._search import tokenize
 from residency._session import Session
 from residency._tokens import count_tokens
 
 __all__ = [
-    "META_TOOLS",
     "STRATEGIES",
     "Model",
     "Strategy",
@@ -65,44 +67,6 @@ Minifier = Callable[[JSONObject], JSONObject]
 STRATEGIES = ("all-full", "seed-003", "minify", "residency")
 
 SEARCH_LIMIT = 5
-
-META_TOOLS: tuple[JSONObject, ...] = (
-    {
-        "name": "search_tools",
-        "description": "Search the tools whose schemas are withheld (names, descriptions, argument "
-        "names). Returns names and one-line descriptions; call reexpand_tools to use one.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "query": {"type": "string"},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 20},
-            },
-            "required": ["query"],
-        },
-    },
-    {
-        "name": "reexpand_tools",
-        "description": "Make withheld or tombstoned tools callable again; returns their full schemas.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {"names": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
-            "required": ["names"],
-        },
-    },
-    {
-        "name": "check_chain",
-        "description": "Check a planned sequence of tool calls against archived failed chains.",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "sequence": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-                "arguments": {"type": "object"},
-            },
-            "required": ["sequence"],
-        },
-    },
-)
-
 
 # -- the model ---------------------------------------------------------------------------------
 
@@ -182,6 +146,7 @@ class Tally:
     search_misses: int = 0
     per_turn_tokens: list[int] = field(default_factory=list)
     per_turn_tokens_results_carried: list[int] = field(default_factory=list)
+    per_turn_result_tokens: list[int] = field(default_factory=list)
     plan_seconds: list[float] = field(default_factory=list)
     tombstones_per_turn: list[int] = field(default_factory=list)
 
@@ -190,6 +155,7 @@ class Tally:
             "total_tokens": sum(self.per_turn_tokens),
             "total_tokens_results_carried": sum(self.per_turn_tokens_results_carried),
             "per_turn_tokens": list(self.per_turn_tokens),
+            "meta_result_tokens": sum(self.per_turn_result_tokens),
             "calls": self.calls,
             "completed_calls": self.completed_calls,
             "failed_calls": self.failed_calls,
@@ -246,6 +212,7 @@ class Strategy:
     def close_turn(self, base: int) -> None:
         total = base + self._extra
         self.tally.per_turn_tokens.append(total)
+        self.tally.per_turn_result_tokens.append(self._extra)
         self.tally.per_turn_tokens_results_carried.append(total + self._carried)
         self._carried += self._extra
 
@@ -344,11 +311,14 @@ class ResidencyStrategy(Strategy):
         self.session.register_tools(self.definitions.values())
         self._expanded: dict[str, JSONObject] = {}
         self._meta_tokens = 0
+        self._server_of = toolset.server_of
+        self._catalog = _catalog(self.definitions, toolset.server_of)
 
     def upgrade(self, names: Iterable[str]) -> bool:
         changed = super().upgrade(names)
         if changed:
             self.session.register_tools(self.definitions.values())
+            self._catalog = _catalog(self.definitions, self._server_of)
         return changed
 
     def evict_oldest(self, n: int) -> None:
@@ -363,13 +333,9 @@ class ResidencyStrategy(Strategy):
         plan = self.session.plan_turn(self._budget, phase=phase)
         self.tally.plan_seconds.append(time.perf_counter() - start)
         self._shown = {t["name"]: t for t in plan.tools}
-        meta = [dict(m) for m in META_TOOLS]
-        if plan.tombstones:
-            meta[1]["description"] += " Withheld while earlier arguments are in context:\n" + "\n".join(
-                plan.tombstones
-            )
         self._shown_tokens = count_tokens(list(plan.tools))
-        self._meta_tokens = count_tokens(meta)
+        meta = meta_tool_definitions(plan.tombstones)
+        self._meta_tokens = count_tokens([model_view(m) for m in meta])
         self.tally.tombstones_per_turn.append(len(plan.tombstones))
 
     def turn_tokens(self) -> int:
@@ -392,29 +358,26 @@ class ResidencyStrategy(Strategy):
         return None
 
     def reexpand(self, tool: str) -> JSONObject | None:
-        try:
-            definition = self.session.reexpand(tool)
-        except IllegalTransition:
+        result = reexpand_tools(self.session, self._catalog, {"names": [tool]})
+        self._extra += _text_tokens(result)
+        if result.is_error:
             return None
         self.tally.reexpansions += 1
-        self._extra += count_tokens([definition])
-        schema = definition.get("inputSchema", {"type": "object"})
+        [definition] = (result.structured_content or {})["tools"]
+        schema: JSONObject = definition.get("inputSchema", {"type": "object"})
         self._expanded[tool] = schema
-        return schema  # type: ignore[no-any-return]
+        return schema
 
     def find(self, tool: str, query: str) -> JSONObject | None:
-        withheld = [
-            d
-            for n, d in self.definitions.items()
-            if self.session.state(n) in (ToolState.EVICTED, ToolState.TOMBSTONED)
-        ]
-        hits = search(query, withheld, SEARCH_LIMIT)
-        self.tally.searches += 1
-        self._extra += count_tokens([{"name": h.name, "description": h.summary} for h in hits])
-        if tool not in {h.name for h in hits}:
-            self.tally.search_misses += 1
-            return None
-        return self.reexpand(tool)
+        # A model whose first query misses names the system it wants in a second one.
+        for q in (query, f"{query} {' '.join(tokenize(self._server_of[tool]))}"):
+            result = search_tools(self.session, self._catalog, {"query": q, "limit": SEARCH_LIMIT})
+            self.tally.searches += 1
+            self._extra += _text_tokens(result)
+            if tool in {hit["name"] for hit in (result.structured_content or {}).get("tools", ())}:
+                return self.reexpand(tool)
+        self.tally.search_misses += 1
+        return None
 
     def submit(self, tool: str, arguments: JSONObject) -> bool:
         try:
@@ -425,6 +388,18 @@ class ResidencyStrategy(Strategy):
             return False
         self.session.record_call(tool, arguments)
         return True
+
+
+def _catalog(definitions: Mapping[str, JSONObject], server_of: Mapping[str, str]) -> Catalog:
+    return Catalog(
+        CatalogEntry(name, server_of[name], name.rsplit(".", 1)[-1], d, definition_hash(d))
+        for name, d in definitions.items()
+    )
+
+
+def _text_tokens(result: Any) -> int:
+    """Tokens of what a meta-tool result shows the model: its text content."""
+    return sum(count_tokens(c.text) for c in result.content if getattr(c, "type", "") == "text")
 
 
 # -- the replay --------------------------------------------------------------------------------

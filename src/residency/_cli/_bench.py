@@ -22,6 +22,8 @@ from residency._bench._report import BenchReport, machine
 BENCHES: dict[str, str] = {
     "lifecycle": "residency._bench.lifecycle",
     "chains": "residency._bench.chains",
+    "spans": "residency._bench.spans",
+    "session": "residency._bench.session",
 }
 
 

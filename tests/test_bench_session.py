@@ -1,0 +1,352 @@
+"""The session benchmark: shipped traces, the simulated model's ghost calls, JSON, CLI."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from residency._bench._simulate import (
+    ResidencyStrategy,
+    Seed003Strategy,
+    Strategy,
+    conform,
+    make_strategy,
+    rebuild_from_stale,
+    replay,
+)
+from residency._bench._trace import (
+    INCIDENT_DESK_FILE,
+    Toolset,
+    Trace,
+    bind,
+    load_corpus,
+    load_trace,
+    parse_trace,
+)
+from residency._bench.session import TRACES, main, readme_table, run_trace
+from residency._cli import main as cli_main
+from residency._errors import InvalidInput
+
+from .conftest import CORPUS
+
+pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"dev corpus not found at {CORPUS}")
+
+STRATEGY_KEYS = {
+    "total_tokens",
+    "per_turn_tokens",
+    "ghost_calls_forwarded",
+    "invalid_calls_forwarded",
+    "refused_calls",
+    "reexpansions",
+    "failed_calls",
+}
+REPO = "/home/user/shop"
+
+
+@pytest.fixture(scope="module")
+def corpus() -> dict[str, list[dict[str, Any]]]:
+    return load_corpus(CORPUS)
+
+
+def _minify() -> Any:
+    from residency._bench.session import _minify
+
+    return _minify()
+
+
+def _prune() -> Any:
+    from residency._bench.session import _seed003
+
+    return _seed003()
+
+
+def _call(tool: str, intent: list[str] | None = None, **arguments: Any) -> dict[str, Any]:
+    return {"tool": tool, "arguments": arguments, **({"intent": intent} if intent else {})}
+
+
+def _tiny(**extra: Any) -> dict[str, Any]:
+    """git_log is used in phase 'look' with a filter, then needed again in phase 'change'."""
+    trace = {
+        "name": "tiny",
+        "servers": ["git", "incident-desk"],
+        "budget": {"schema_tokens": 200, "argument_tokens": 2000},
+        "phases": {"look": ["git_log", "git_status"], "change": ["git_add", "git_commit"]},
+        "turns": [
+            {
+                "phase": "look",
+                "calls": [_call("git_log", repo_path=REPO, max_count=5, start_timestamp="2 weeks ago")],
+            },
+            {"calls": [_call("git_status", repo_path=REPO)]},
+            {"phase": "change", "calls": [_call("git_add", repo_path=REPO, files=["a.py"])]},
+            {"calls": [_call("git_commit", repo_path=REPO, message="Fix a")]},
+            {"calls": [_call("git_log", repo_path=REPO, max_count=20)]},
+        ],
+    }
+    trace.update(extra)
+    return trace
+
+
+def _bound(raw: dict[str, Any], corpus: dict[str, list[dict[str, Any]]]) -> tuple[Trace, Toolset]:
+    trace = parse_trace(raw)
+    return trace, bind(trace, corpus)
+
+
+# -- the shipped traces ---------------------------------------------------------------------------
+
+
+def _shipped() -> list[Path]:
+    return sorted(TRACES.glob("*.json"))
+
+
+def test_at_least_three_traces_of_thirty_turns_are_shipped() -> None:
+    traces = [load_trace(p) for p in _shipped()]
+    assert len(traces) >= 3
+    assert all(len(t.turns) >= 30 for t in traces)
+
+
+@pytest.mark.parametrize("path", _shipped(), ids=lambda p: p.stem)
+def test_every_shipped_call_is_valid_against_the_real_schema(
+    path: Path, corpus: dict[str, list[dict[str, Any]]]
+) -> None:
+    trace = load_trace(path)
+    toolset = bind(trace, corpus)
+    current = dict(toolset.initial)
+    for turn in trace.turns:
+        for name in turn.upgrade:
+            current[name] = toolset.upgraded[name]
+        for call in turn.calls:
+            jsonschema.validate(call.arguments, current[call.tool]["inputSchema"])
+    # The tool names resolve to real corpus definitions (namespaced only where they collide).
+    for name, definition in toolset.upgraded.items():
+        server = toolset.server_of[name]
+        original = next(t for t in corpus[server] if name in (t["name"], f"{server}.{t['name']}"))
+        assert definition["inputSchema"] == original["inputSchema"]
+
+
+def test_names_are_namespaced_only_where_they_collide(corpus: dict[str, list[dict[str, Any]]]) -> None:
+    raw = _tiny(servers=["git", "sentry", "github-mcp-server"])
+    _, toolset = _bound(raw, corpus)
+    assert "sentry.search_issues" in toolset.initial
+    assert "github-mcp-server.search_issues" in toolset.initial
+    assert "search_issues" not in toolset.initial
+    assert "git_log" in toolset.initial
+    assert toolset.initial["sentry.search_issues"]["name"] == "sentry.search_issues"
+
+
+def test_a_call_the_real_schema_rejects_is_refused_naming_the_turn_and_call(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    raw = _tiny()
+    raw["turns"][3]["calls"][0]["arguments"] = {"repo_path": REPO}  # git_commit needs a message
+    with pytest.raises(InvalidInput) as caught:
+        _bound(raw, corpus)
+    assert caught.value.where == "$.turns[3].calls[0].arguments"
+
+
+def test_a_trace_naming_an_unknown_phase_is_refused() -> None:
+    raw = _tiny()
+    raw["turns"][1]["phase"] = "deploy"
+    with pytest.raises(InvalidInput) as caught:
+        parse_trace(raw)
+    assert caught.value.where == "$.turns[1].phase"
+
+
+# -- the simulated model --------------------------------------------------------------------------
+
+
+def test_a_rebuilt_call_keeps_stale_values_and_drops_fields_it_cannot_know() -> None:
+    prior = {"incident_id": "INC-3", "status": "open", "assignee_id": "u-42", "notify": True}
+    wanted = {"incident_id": "INC-3", "severity": "SEV-1", "assignee": {"id": "u-42"}, "notify": True}
+    assert rebuild_from_stale(prior, wanted) == {
+        "incident_id": "INC-3",
+        "status": "open",
+        "assignee_id": "u-42",
+        "notify": True,
+    }
+    assert rebuild_from_stale(prior, wanted, ["severity"])["severity"] == "SEV-1"
+
+
+def test_the_model_sends_an_object_as_text_where_the_shown_schema_says_string() -> None:
+    shown = {"type": "object", "properties": {"assignee": {"type": "string"}, "n": {"type": "integer"}}}
+    assert conform({"assignee": {"id": "u-1"}, "n": 3}, shown) == {"assignee": '{"id":"u-1"}', "n": 3}
+
+
+def test_without_tombstones_the_model_forwards_a_ghost_call_with_stale_arguments(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    strategy = Seed003Strategy(toolset, _prune(), trace.phases)
+    tally = replay(trace, toolset, strategy)
+    assert tally.ghost_calls_forwarded == 1
+    assert tally.stale_calls_forwarded == 1
+    tool, sent = strategy.transcript[-1]
+    assert tool == "git_log"
+    assert sent == {"repo_path": REPO, "max_count": 20, "start_timestamp": "2 weeks ago"}
+
+
+def test_a_ghost_call_across_a_schema_migration_is_forwarded_invalid(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    desk = json.loads(INCIDENT_DESK_FILE.read_text())
+    raw = {
+        "name": "migration",
+        "servers": ["incident-desk"],
+        "budget": {"schema_tokens": 300, "argument_tokens": 2000},
+        "phases": {"triage": ["update_incident"], "fix": ["get_service_health"]},
+        "overrides": {"update_incident": desk["v1"]["update_incident"]},
+        "turns": [
+            {
+                "phase": "triage",
+                "calls": [_call("update_incident", incident_id="INC-3", assignee_id="u-42", notify=True)],
+            },
+            {
+                "phase": "fix",
+                "upgrade": ["update_incident"],
+                "calls": [_call("get_service_health", service="db")],
+            },
+            {
+                "calls": [
+                    _call(
+                        "update_incident",
+                        ["severity"],
+                        incident_id="INC-3",
+                        severity="SEV-1",
+                        assignee={"id": "u-42"},
+                        notify=True,
+                    )
+                ]
+            },
+        ],
+    }
+    trace, toolset = _bound(raw, corpus)
+    seed = replay(trace, toolset, Seed003Strategy(toolset, _prune(), trace.phases))
+    assert (seed.ghost_calls_forwarded, seed.invalid_calls_forwarded, seed.failed_calls) == (1, 1, 1)
+    for model in ("heeding", "careless"):
+        residency = replay(trace, toolset, ResidencyStrategy(toolset, _minify(), trace), model=model)
+        assert (
+            residency.ghost_calls_forwarded,
+            residency.invalid_calls_forwarded,
+            residency.failed_calls,
+        ) == (0, 0, 0)
+        assert residency.reexpansions >= 1
+    full = replay(trace, toolset, Strategy(toolset))
+    assert (full.ghost_calls_forwarded, full.invalid_calls_forwarded, full.failed_calls) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("model", ["heeding", "careless"])
+def test_residency_forwards_no_ghost_or_invalid_call_and_completes_every_call(
+    model: Any, corpus: dict[str, list[dict[str, Any]]]
+) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    strategy = ResidencyStrategy(toolset, _minify(), trace)
+    tally = replay(trace, toolset, strategy, model=model)
+    assert tally.ghost_calls_forwarded == 0
+    assert tally.invalid_calls_forwarded == 0
+    assert tally.failed_calls == 0
+    assert tally.completed_calls == tally.calls == 5
+    # The tiny budget withholds git_log while its arguments are resident: a tombstone, then a
+    # re-expansion (a careless model is refused first).
+    assert tally.reexpansions >= 1
+    if model == "careless":
+        assert tally.refused_calls >= 1
+
+
+def test_residency_counts_search_and_reexpansion_results_as_tokens(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    raw = _tiny()
+    raw["turns"].append(
+        {"evict_calls_before_turn": 10, "calls": [_call("git_show", repo_path=REPO, revision="HEAD")]}
+    )
+    trace, toolset = _bound(raw, corpus)
+    strategy = ResidencyStrategy(toolset, _minify(), trace)
+    tally = replay(trace, toolset, strategy)
+    assert tally.searches >= 1
+    assert tally.failed_calls == 0
+    # The last turn's search result and re-expanded schema are part of that turn's tokens.
+    assert tally.per_turn_result_tokens[-1] > 0
+    assert tally.per_turn_tokens[-1] == strategy.turn_tokens() + tally.per_turn_result_tokens[-1]
+
+
+def test_a_strategy_without_search_fails_a_call_it_cannot_see(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    raw = _tiny()
+    raw["turns"].append({"calls": [_call("git_show", repo_path=REPO, revision="HEAD")]})
+    trace, toolset = _bound(raw, corpus)
+    tally = replay(
+        trace, toolset, make_strategy("seed-003", toolset, trace, minify=_minify(), prune=_prune())
+    )
+    assert tally.failed_calls == 1
+    assert tally.completed_calls == tally.calls - 1
+
+
+# -- report, JSON and CLI -------------------------------------------------------------------------
+
+
+def test_run_trace_reports_every_strategy_with_the_required_figures(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    result = run_trace(trace, toolset, sweep=(200, 4000))
+    assert set(result["strategies"]) == {"all-full", "seed-003", "minify", "residency"}
+    for figures in result["strategies"].values():
+        assert set(figures) >= STRATEGY_KEYS
+        assert len(figures["per_turn_tokens"]) == len(trace.turns)
+        assert figures["total_tokens"] == sum(figures["per_turn_tokens"])
+    assert result["tokenizer"]
+    assert result["planning"]["planning_cost_ratio"] > 0
+    assert [s["schema_tokens"] for s in result["budget_sweep"]] == [200, 4000]
+
+
+def test_the_cli_writes_json_a_plot_and_the_readme_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace_file = tmp_path / "tiny.json"
+    trace_file.write_text(json.dumps(_tiny()))
+    out, png = tmp_path / "out.json", tmp_path / "out.png"
+    code = cli_main(
+        [
+            "bench",
+            "session",
+            "--corpus",
+            str(CORPUS),
+            "--trace",
+            str(trace_file),
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ]
+    )
+    assert code in (0, 1)  # 1: a target missed on a trace this small; the figures are still written
+    printed = capsys.readouterr().out
+    assert "residency" in printed and "all-full" in printed
+    [report] = json.loads(out.read_text())
+    data = report["data"]
+    assert data["tokenizer"]
+    assert set(data["traces"]["tiny"]["strategies"]["residency"]) >= STRATEGY_KEYS
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["--readme-table", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "| tiny | residency |" in table and "| tiny | seed-003 |" in table
+
+
+def test_the_cli_refuses_a_bad_trace_with_exit_code_2(tmp_path: Path) -> None:
+    raw = copy.deepcopy(_tiny())
+    raw["turns"][0]["calls"][0]["tool"] = "git_teleport"
+    trace_file = tmp_path / "bad.json"
+    trace_file.write_text(json.dumps(raw))
+    with pytest.raises(SystemExit) as caught:
+        cli_main(["bench", "session", "--corpus", str(CORPUS), "--trace", str(trace_file)])
+    assert caught.value.code == 2
+
+
+def test_readme_table_refuses_json_that_is_not_a_session_result() -> None:
+    with pytest.raises(InvalidInput):
+        readme_table([{"name": "lifecycle", "data": {}}])
