@@ -113,7 +113,10 @@ async def agent(gateway: Gateway, era: str, key: str = "agent-1") -> AsyncIterat
                 holder[0].list_changed.set()
 
     async with AsyncExitStack() as stack:
-        client = await stack.enter_async_context(Client(gateway.server, mode=mode, message_handler=on_message))
+        client = await stack.enter_async_context(
+            Client(gateway.server, mode=mode, message_handler=on_message)
+        )
         a = Agent(client, key)
         holder.append(a)
+        await a.tools()  # the session opens in this agent's era
         yield a

@@ -203,8 +203,10 @@ def parse_config(
             raise _config_error(
                 source, text, loc, "expected an object with 'command' (stdio) or 'url' (HTTP)", None
             )
-        model = HTTPServer if "url" in entry else StdioServer
-        picked[name] = _validate(model, entry, source, text, loc)
+        if "url" in entry:
+            picked[name] = _validate(HTTPServer, entry, source, text, loc)
+        else:
+            picked[name] = _validate(StdioServer, entry, source, text, loc)
     return _validate(GatewayConfig, {**data, "mcpServers": picked, "source": source}, source, text, ())
 
 

@@ -74,8 +74,6 @@ CALL_META_KEY = "residency/call"
 EVICTED_META_KEY = "residency/evicted_calls"
 EVICT_META_KEY = "residency/evict"
 _UNBOUNDED = 1 << 62
-_MODERN_LIST_HINT = {"ttl_ms": 0, "cache_scope": "public"}
-_PRIVATE = {"ttl_ms": 0, "cache_scope": "private"}
 
 
 def open_store(url: str) -> Store:
@@ -400,6 +398,7 @@ class Gateway:
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         if is_modern(ctx):
+            self._request_session(ctx)  # opens the session (all but pinned tools withheld)
             pinned = self.config.residency.pinned
             tools = [
                 self._tool_model(e.name, e.hash, self._shown(e.name, e.definition))
@@ -407,7 +406,7 @@ class Gateway:
                 if e.name in pinned
             ]
             tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions(None)]
-            return types.ListToolsResult(tools=tools, **_MODERN_LIST_HINT)  # type: ignore[arg-type]
+            return types.ListToolsResult(tools=tools, ttl_ms=0, cache_scope="public")
         gs = self._request_session(ctx)
         tools = [self._tool_model(n, h, d) for n, h, d in gs.resident_definitions(self.catalog)]
         tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions(gs.session.tombstones())]
@@ -510,14 +509,14 @@ class Gateway:
     async def _list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        return types.ListResourcesResult(resources=res.resources(), **_MODERN_LIST_HINT)  # type: ignore[arg-type]
+        return types.ListResourcesResult(resources=res.resources(), ttl_ms=0, cache_scope="public")
 
     async def _list_templates(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         return types.ListResourceTemplatesResult(
-            resource_templates=res.resource_templates(), **_MODERN_LIST_HINT
-        )  # type: ignore[arg-type]
+            resource_templates=res.resource_templates(), ttl_ms=0, cache_scope="public"
+        )
 
     async def _read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
@@ -527,7 +526,7 @@ class Gateway:
             contents = res.read_resource(str(params.uri), gs.session, self.catalog)
         except NotFound as exc:
             raise to_mcp_error(exc, self.secrets) from None
-        return types.ReadResourceResult(contents=[contents], **_PRIVATE)  # type: ignore[arg-type]
+        return types.ReadResourceResult(contents=[contents], ttl_ms=0, cache_scope="private")
 
     async def _subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -31,7 +31,7 @@ logger = logging.getLogger("residency.gateway")
 STARTUP_TIMEOUT = 30.0
 """Seconds an upstream may take to start and list its tools."""
 
-OnToolsChanged = Callable[["Upstream"], Awaitable[None]]
+OnToolsChanged = Callable[["Upstream"], Coroutine[Any, Any, None]]
 
 
 class UpstreamFailure(Exception):

@@ -1,0 +1,526 @@
+"""The gateway on the wire with real third-party peers, over stdio and streamable HTTP.
+
+Clients: the MCP Inspector CLI and a TypeScript SDK 1.x client script
+(``tests/peers/list_changed_client.mjs``). Upstreams: npm ``server-everything`` and
+``server-filesystem``, PyPI ``mcp-server-time``, driven through the gateway with ``mcp.Client``
+in both protocol eras. The npm peers come from ``tests/peers/package.json`` (``.ci/run`` installs
+them); without node or those packages these tests skip locally and fail in CI.
+
+Every subprocess runs in its own process group and is killed with it in ``finally``; every wait
+is bounded. The gateway under test is always the ``residency serve`` command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import anyio
+import anyio.abc
+import mcp_types as types
+import pytest
+from mcp import Client, StdioServerParameters
+
+from residency._gateway._connection import SESSION_META_KEY
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+PEERS = ROOT / "tests" / "peers"
+BIN = PEERS / "node_modules" / ".bin"
+INSPECTOR = BIN / "mcp-inspector"
+EVERYTHING = BIN / "mcp-server-everything"
+FILESYSTEM = BIN / "mcp-server-filesystem"
+TS_CLIENT = PEERS / "list_changed_client.mjs"
+TS_SDK = PEERS / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
+SERVE = [sys.executable, "-m", "residency", "serve"]
+META_TOOLS = {"search_tools", "reexpand_tools", "check_chain"}
+
+PEER_TIMEOUT = 90.0
+"""Seconds one peer run may take (node start, gateway start, upstreams start, the request)."""
+
+# The demo desk's policy withholds update_incident at the start of a session.
+WITHHELD = "update_incident"
+UPDATE = {"incident_id": "INC-7", "severity": "SEV-2", "assignee": {"id": "u-42"}, "notify": True}
+REBUILT = {"incident_id": "INC-7", "severity": "SEV-1", "assignee": {"id": "u-42"}}
+"""A call rebuilt from the visible arguments that drops ``notify``: invalid, never forwarded."""
+ESCALATE = {**REBUILT, "notify": True}
+"""A valid call: forwarded, it would make INC-7 SEV-1."""
+READ_ONLY_TURNS = [
+    ("get_timeline", {"incident_id": "INC-7"}),
+    ("get_service_health", {"service": "api"}),
+    ("list_deploys", {"service": "api"}),
+    ("query_metrics", {"service": "api", "metric": "error_rate"}),
+    ("search_runbooks", {"query": "rollback"}),
+    ("get_runbook", {"runbook_id": "RB-1"}),
+    ("list_services", {}),
+    ("list_incidents", {}),
+]
+
+
+# -- peers present? ----------------------------------------------------------------------------
+
+
+def _missing(what: str) -> NoReturn:
+    reason = f"{what} is not installed (run `npm install` in tests/peers; .ci/run does)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so a missing wire peer is a failure, not a skip")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def node_peers() -> None:
+    """The npm peers (Inspector, TS SDK, the two npm servers) and node itself."""
+    if shutil.which("node") is None:
+        _missing("node")
+    for path in (INSPECTOR, EVERYTHING, FILESYSTEM, TS_CLIENT, TS_SDK):
+        if not path.exists():
+            _missing(str(path.relative_to(ROOT)))
+
+
+@pytest.fixture
+def time_server() -> str:
+    """The ``mcp-server-time`` executable (the project's test extra installs it)."""
+    beside = Path(sys.executable).with_name("mcp-server-time")
+    found = str(beside) if beside.exists() else shutil.which("mcp-server-time")
+    if found is None:
+        _missing("mcp-server-time (pip install -e '.[test]')")
+    return found
+
+
+@pytest.fixture
+def peer_env(tmp_path: Path) -> dict[str, str]:
+    """The environment for node peers: a private HOME (the Inspector writes its catalog there)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    return {
+        **os.environ,
+        "HOME": str(home),
+        "MCP_INSPECTOR_SECRET_STORE": "memory",
+        "NO_COLOR": "1",
+        "NODE_NO_WARNINGS": "1",
+    }
+
+
+# -- processes -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A finished peer run."""
+
+    argv: Sequence[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.stdout)
+        except json.JSONDecodeError:
+            pytest.fail(
+                f"{self.argv[0]} printed no JSON (exit {self.returncode}):\n{self.stdout}\n{self.stderr}"
+            )
+
+    def explain(self) -> str:
+        return f"exit {self.returncode}\nstdout: {self.stdout[-3000:]}\nstderr: {self.stderr[-3000:]}"
+
+
+def _kill_group(process: anyio.abc.Process) -> None:
+    """Kill ``process`` and everything it started (its process group), if any is left."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def run_peer(argv: Sequence[str], env: Mapping[str, str], timeout: float = PEER_TIMEOUT) -> Ran:
+    """Run a peer to completion in its own process group, bounded by ``timeout``."""
+    process = await anyio.open_process(
+        list(argv), stdin=subprocess.DEVNULL, env=dict(env), cwd=str(ROOT), start_new_session=True
+    )
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: anyio.abc.ByteReceiveStream | None, into: bytearray) -> None:
+        if stream is not None:
+            async for chunk in stream:
+                into.extend(chunk)
+
+    try:
+        with anyio.fail_after(timeout):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain, process.stdout, out)
+                tg.start_soon(drain, process.stderr, err)
+            await process.wait()
+    finally:
+        _kill_group(process)
+        with anyio.CancelScope(shield=True), anyio.fail_after(10):
+            await process.aclose()
+    assert process.returncode is not None
+    return Ran(list(argv), process.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
+
+
+_SERVING = re.compile(rb"serving MCP at (http://127\.0\.0\.1:\d+/\S*)")
+
+
+@asynccontextmanager
+async def http_gateway(tmp_path: Path, *args: str, startup: float = 60.0) -> AsyncIterator[str]:
+    """``residency serve --transport http`` on an ephemeral 127.0.0.1 port; yields its URL."""
+    log = tmp_path / f"gateway-http-{len(list(tmp_path.glob('gateway-http-*')))}.log"
+    with log.open("wb") as err:
+        process = await anyio.open_process(
+            [*SERVE, "--transport", "http", "--host", "127.0.0.1", "--port", "0", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
+    try:
+        with anyio.fail_after(startup):
+            url = None
+            while url is None:
+                if process.returncode is not None:
+                    pytest.fail(f"residency serve exited with {process.returncode}:\n{log.read_text()}")
+                found = _SERVING.search(log.read_bytes())
+                if found is None:
+                    await anyio.sleep(0.05)  # polling for the port, bounded by the deadline above
+                    continue
+                url = found.group(1).decode()
+                port = int(url.split(":")[2].split("/")[0])
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+                await stream.aclose()
+        yield url
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await process.wait()
+        _kill_group(process)
+        with anyio.CancelScope(shield=True), anyio.fail_after(10):
+            await process.aclose()
+
+
+def serve_params(*args: str, env: Mapping[str, str] | None = None) -> StdioServerParameters:
+    """``residency serve`` over stdio, for ``mcp.Client``."""
+    return StdioServerParameters(
+        command=SERVE[0], args=[*SERVE[1:], *args], env=dict(env or os.environ), cwd=ROOT
+    )
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path.resolve()}"
+
+
+# -- talking to the gateway from Python ------------------------------------------------------------
+
+
+def reason(result: types.CallToolResult) -> str | None:
+    details = (result.meta or {}).get("residency/error")
+    return details.get("reason") if isinstance(details, dict) else None
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(b.text for b in result.content if isinstance(b, types.TextContent))
+
+
+Call = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
+
+
+def caller(client: Client, key: str | None = None) -> Call:
+    meta = {SESSION_META_KEY: key} if key is not None else None
+
+    async def call(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        return await client.call_tool(name, arguments, meta=meta)
+
+    return call
+
+
+async def use(call: Call, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    """What a careful agent does: re-expand a withheld tool, then call it."""
+    result = await call(name, arguments)
+    if reason(result) == "tool_not_resident":
+        assert not (await call("reexpand_tools", {"names": [name]})).is_error
+        result = await call(name, arguments)
+    return result
+
+
+async def tombstone_update_incident(client: Client, key: str | None = None) -> str:
+    """Call update_incident, then read-only tools until the demo budget tombstones it.
+
+    Returns:
+        The tombstone text the gateway shows (``residency://tombstones``).
+    """
+    call = caller(client, key)
+    meta = {SESSION_META_KEY: key} if key is not None else None
+    done = await use(call, WITHHELD, UPDATE)
+    assert not done.is_error, text_of(done)
+    for name, arguments in READ_ONLY_TURNS:
+        assert not (await use(call, name, arguments)).is_error
+        listed = {t.name: t for t in (await client.list_tools(meta=meta, cache_mode="refresh")).tools}
+        if WITHHELD not in listed:
+            read = await client.read_resource("residency://tombstones", meta=meta, cache_mode="refresh")
+            content = read.contents[0]
+            assert isinstance(content, types.TextResourceContents)
+            assert content.text.startswith(f"{WITHHELD}:")
+            return content.text
+    pytest.fail("the demo budget never tombstoned update_incident")
+
+
+# -- the Inspector CLI ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """How the Inspector reaches the gateway: a catalog entry (stdio) or a URL plus headers."""
+
+    argv: tuple[str, ...]
+
+    @classmethod
+    def stdio(cls, tmp_path: Path, *serve_args: str) -> Target:
+        # The server command goes through a config file: on the command line, options such as
+        # --config or --store would be read as the Inspector's own.
+        catalog = tmp_path / "inspector.json"
+        entry = {"command": SERVE[0], "args": [*SERVE[1:], *serve_args], "cwd": str(ROOT)}
+        catalog.write_text(json.dumps({"mcpServers": {"residency": entry}}))
+        return cls(("--config", str(catalog), "--server", "residency"))
+
+    @classmethod
+    def http(cls, url: str, session: str | None = None) -> Target:
+        headers = ("--header", f"Residency-Session: {session}") if session else ()
+        return cls((url, *headers))
+
+
+async def inspector(target: Target, env: Mapping[str, str], *method: str) -> Ran:
+    return await run_peer([str(INSPECTOR), "--cli", *target.argv, *method, "--format", "json", "-q"], env)
+
+
+def inspector_result(ran: Ran) -> dict[str, Any]:
+    envelope = ran.json()
+    assert ran.returncode == 0 and "result" in envelope, ran.explain()
+    result: dict[str, Any] = envelope["result"]
+    return result
+
+
+@asynccontextmanager
+async def inspector_target(transport: str, tmp_path: Path, *serve_args: str) -> AsyncIterator[Target]:
+    if transport == "stdio":
+        yield Target.stdio(tmp_path, *serve_args)
+    else:
+        async with http_gateway(tmp_path, *serve_args) as url:
+            yield Target.http(url)
+
+
+TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
+
+
+@TRANSPORTS
+async def test_the_inspector_lists_resident_tools_and_the_meta_tools(
+    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+) -> None:
+    async with inspector_target(transport, tmp_path) as target:
+        ran = await inspector(target, peer_env, "--method", "tools/list")
+    tools = {t["name"]: t for t in inspector_result(ran)["tools"]}
+    assert META_TOOLS <= set(tools)
+    assert {"get_incident", "create_incident", "list_incidents"} <= set(tools)
+    assert WITHHELD not in tools  # withheld by the demo's schema budget
+    assert all(t["inputSchema"]["type"] == "object" for t in tools.values())
+
+
+@TRANSPORTS
+async def test_the_inspector_reexpands_a_withheld_tool_and_gets_its_full_schema(
+    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+) -> None:
+    async with inspector_target(transport, tmp_path) as target:
+        ran = await inspector(
+            target,
+            peer_env,
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "reexpand_tools",
+            "--tool-args-json",
+            json.dumps({"names": [WITHHELD]}),
+        )
+    result = inspector_result(ran)
+    assert result.get("isError") is not True, ran.explain()
+    (definition,) = result["structuredContent"]["tools"]
+    assert definition["name"] == WITHHELD
+    assert definition["inputSchema"]["required"] == ["incident_id", "notify"]
+    assert definition["inputSchema"]["properties"]["assignee"]["type"] == "object"
+    assert WITHHELD in result["content"][0]["text"]
+
+
+@TRANSPORTS
+async def test_the_inspector_cannot_get_a_tombstoned_tool_forwarded(
+    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+) -> None:
+    key = "inspector-tombstone"
+    async with _prepared_tombstone(transport, tmp_path, key) as (target, tombstone):
+        listed = inspector_result(await inspector(target, peer_env, "--method", "tools/list"))
+        tools = {t["name"]: t for t in listed["tools"]}
+        # The tombstone is where the model reads the tool list.
+        assert tombstone in tools["reexpand_tools"]["description"]
+
+        call = ["--method", "tools/call", "--tool-name", WITHHELD, "--tool-args-json", json.dumps(ESCALATE)]
+        ran = await inspector(target, peer_env, *call)
+        if WITHHELD in tools:
+            # A gateway that lists the tombstoned tool must refuse the call with the tombstone.
+            result = inspector_result(ran)
+            assert result["isError"] is True
+            assert tombstone in result["content"][0]["text"]
+        else:
+            # The Inspector only calls listed tools: it refuses on its own side (exit 5).
+            assert ran.returncode == 5, ran.explain()
+            assert ran.json()["error"]["code"] == "tool_not_found"
+
+        # Either way nothing reached the desk: INC-7 is still SEV-2, not escalated.
+        shown = inspector_result(
+            await inspector(
+                target,
+                peer_env,
+                "--method",
+                "tools/call",
+                "--tool-name",
+                "get_incident",
+                "--tool-args-json",
+                json.dumps({"incident_id": "INC-7"}),
+            )
+        )
+        assert json.loads(shown["content"][0]["text"])["severity"] == "SEV-2"
+
+
+@asynccontextmanager
+async def _prepared_tombstone(transport: str, tmp_path: Path, key: str) -> AsyncIterator[tuple[Target, str]]:
+    """A gateway session named ``key`` in which update_incident is tombstoned, and how to reach it.
+
+    stdio: every Inspector run starts its own gateway, so the session is prepared through a
+    SQLite store and a fixed session key, which the Inspector's gateways reopen. HTTP: one
+    gateway process, the session named by the ``Residency-Session`` header.
+    """
+    if transport == "stdio":
+        store = sqlite_url(tmp_path / "sessions.db")
+        args = ("--store", store, "--session", key)
+        async with Client(serve_params(*args), mode="legacy") as client:
+            tombstone = await tombstone_update_incident(client)
+        yield Target.stdio(tmp_path, *args), tombstone
+        return
+    async with http_gateway(tmp_path) as url:
+        async with Client(url, mode="legacy") as client:
+            tombstone = await tombstone_update_incident(client, key)
+        yield Target.http(url, key), tombstone
+
+
+# -- the TypeScript SDK client ---------------------------------------------------------------------
+
+
+@TRANSPORTS
+async def test_a_typescript_sdk_client_is_told_the_list_changed_after_reexpansion(
+    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+) -> None:
+    script = ["node", str(TS_CLIENT), "--tool", WITHHELD, "--timeout", "20000"]
+    if transport == "stdio":
+        ran = await run_peer([*script, "--stdio", *SERVE], peer_env)
+    else:
+        async with http_gateway(tmp_path) as url:
+            ran = await run_peer([*script, "--url", url, "--session", "ts-client"], peer_env)
+    verdict = ran.json()
+    assert verdict["advertised_list_changed"] is True, ran.explain()
+    assert verdict["listed_before"] is False
+    assert verdict["schema_in_result"] is True
+    assert verdict["list_changed"] is True, ran.explain()
+    assert verdict["listed_after"] is True
+    assert verdict["ok"] is True and ran.returncode == 0, ran.explain()
+
+
+# -- real third-party upstreams ----------------------------------------------------------------------
+
+
+ERAS = pytest.mark.parametrize("mode", ["legacy", "auto"])
+
+
+def _upstreams_config(tmp_path: Path, time_server: str) -> Path:
+    files = tmp_path / "files"
+    files.mkdir()
+    (files / "note.txt").write_text("residency was here\n")
+    config = {
+        "mcpServers": {
+            "everything": {"command": str(EVERYTHING), "args": ["stdio"]},
+            "files": {"command": str(FILESYSTEM), "args": [str(files)]},
+            # Two time servers: their tool names collide and must be namespaced.
+            "time": {"command": time_server, "args": ["--local-timezone", "Etc/UTC"]},
+            "clock": {"command": time_server, "args": ["--local-timezone", "Europe/Paris"]},
+        },
+        "residency": {
+            "budget": {"schema_tokens": 1_000_000},
+            "pinned": ["echo", "read_text_file", "time__get_current_time", "clock__get_current_time"],
+            "call_timeout": 30,
+        },
+    }
+    path = tmp_path / "upstreams.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+@ERAS
+async def test_real_upstreams_are_aggregated_and_their_calls_forwarded(
+    mode: str, tmp_path: Path, node_peers: None, time_server: str, peer_env: dict[str, str]
+) -> None:
+    config = _upstreams_config(tmp_path, time_server)
+    with anyio.fail_after(PEER_TIMEOUT):
+        async with Client(serve_params("--config", str(config), env=peer_env), mode=mode) as client:
+            modern = client.protocol_version == "2026-07-28"
+            assert modern is (mode == "auto")
+            names = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
+            assert META_TOOLS <= names
+            # Unique names are kept; the colliding time tools are namespaced by server.
+            assert {"echo", "read_text_file", "time__get_current_time", "clock__get_current_time"} <= names
+            assert "get_current_time" not in names
+            if not modern:
+                assert {"get-sum", "list_directory", "time__convert_time", "clock__convert_time"} <= names
+
+            call = caller(client)
+            echoed = await use(call, "echo", {"message": "through the gateway"})
+            assert not echoed.is_error and "through the gateway" in text_of(echoed)
+
+            total = await use(call, "get-sum", {"a": 2, "b": 40})
+            assert not total.is_error and "42" in text_of(total)
+
+            note = await use(call, "read_text_file", {"path": str(tmp_path / "files" / "note.txt")})
+            assert not note.is_error and "residency was here" in text_of(note)
+
+            for server, zone in (("time", "Etc/UTC"), ("clock", "Europe/Paris")):
+                now = await use(call, f"{server}__get_current_time", {"timezone": zone})
+                assert not now.is_error, text_of(now)
+                assert json.loads(text_of(now))["timezone"] == zone
+
+            # Invalid arguments are refused naming the field and never reach the upstream.
+            refused = await use(call, "time__convert_time", {"source_timezone": "Etc/UTC", "time": "12:00"})
+            assert refused.is_error and reason(refused) == "arguments_invalid"
+
+
+@ERAS
+async def test_a_real_upstream_outside_its_sandbox_answers_with_an_error_the_model_can_read(
+    mode: str, tmp_path: Path, node_peers: None, time_server: str, peer_env: dict[str, str]
+) -> None:
+    config = _upstreams_config(tmp_path, time_server)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("secret\n")
+    with anyio.fail_after(PEER_TIMEOUT):
+        async with Client(serve_params("--config", str(config), env=peer_env), mode=mode) as client:
+            result = await use(caller(client), "read_text_file", {"path": str(outside)})
+            assert result.is_error
+            assert "secret" not in text_of(result)
+            # The gateway keeps serving after the upstream's error.
+            again = await use(caller(client), "echo", {"message": "still here"})
+            assert not again.is_error
