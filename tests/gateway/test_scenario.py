@@ -28,92 +28,94 @@ REBUILT = {"incident_id": "INC-7", "severity": "SEV-1", "assignee": {"id": "u-42
 
 async def test_a_demoted_mutation_tool_is_refused_with_its_tombstone_until_reexpanded(era: str) -> None:
     desk = IncidentDesk()
-    async with running({"budget": {"schema_tokens": 700}, "minify": "compact"}, desk=desk) as gw:
-        async with agent(gw, era) as a:
-            session = gw.session(a.key)
-            assert not (await a.use("update_incident", UPDATE)).is_error
-            assert desk.incidents["INC-7"].severity == "SEV-2"
+    async with (
+        running({"budget": {"schema_tokens": 700}, "minify": "compact"}, desk=desk) as gw,
+        agent(gw, era) as a,
+    ):
+        session = gw.session(a.key)
+        assert not (await a.use("update_incident", UPDATE)).is_error
+        assert desk.incidents["INC-7"].severity == "SEV-2"
 
-            # Read-only work until the schema budget demotes update_incident.
-            for name, arguments in READ_ONLY_TURNS:
-                assert not (await a.use(name, arguments)).is_error
-                if session.state("update_incident") is not ToolState.RESIDENT:
-                    break
-            assert session.state("update_incident") is ToolState.TOMBSTONED
-            assert session.arguments_resident("update_incident")
+        # Read-only work until the schema budget demotes update_incident.
+        for name, arguments in READ_ONLY_TURNS:
+            assert not (await a.use(name, arguments)).is_error
+            if session.state("update_incident") is not ToolState.RESIDENT:
+                break
+        assert session.state("update_incident") is ToolState.TOMBSTONED
+        assert session.arguments_resident("update_incident")
 
-            # The tombstone is visible where the model looks.
-            tools = {t.name: t for t in await a.tools()}
-            assert "update_incident" not in tools
-            tombstones = await a.read("residency://tombstones")
-            assert tombstones.startswith("update_incident:")
-            if not a.modern:
-                assert tombstones in (tools["reexpand_tools"].description or "")
+        # The tombstone is visible where the model looks.
+        tools = {t.name: t for t in await a.tools()}
+        assert "update_incident" not in tools
+        tombstones = await a.read("residency://tombstones")
+        assert tombstones.startswith("update_incident:")
+        if not a.modern:
+            assert tombstones in (tools["reexpand_tools"].description or "")
 
-            # "Bump to SEV-1 and re-notify", rebuilt from the visible arguments: refused, not forwarded.
-            calls_before = list(desk.calls)
-            refused = await a.call("update_incident", REBUILT)
-            assert refused.is_error
-            assert reason(refused) == "tool_not_resident"
-            assert text(refused) == tombstones
-            assert desk.calls == calls_before
-            assert desk.incidents["INC-7"].severity == "SEV-2"
+        # "Bump to SEV-1 and re-notify", rebuilt from the visible arguments: refused, not forwarded.
+        calls_before = list(desk.calls)
+        refused = await a.call("update_incident", REBUILT)
+        assert refused.is_error
+        assert reason(refused) == "tool_not_resident"
+        assert text(refused) == tombstones
+        assert desk.calls == calls_before
+        assert desk.incidents["INC-7"].severity == "SEV-2"
 
-            # The model asks for the schema back and gets it in the result itself.
-            a.list_changed = anyio.Event()
-            expanded = await a.call("reexpand_tools", {"names": ["update_incident"]})
-            assert not expanded.is_error
-            definitions = (expanded.structured_content or {})["tools"]
-            assert definitions[0]["inputSchema"]["required"] == ["incident_id", "notify"]
-            assert "update_incident" in text(expanded)
-            if not a.modern:
-                with anyio.fail_after(5):
-                    await a.list_changed.wait()
-                assert "update_incident" in await a.names()
+        # The model asks for the schema back and gets it in the result itself.
+        a.list_changed = anyio.Event()
+        expanded = await a.call("reexpand_tools", {"names": ["update_incident"]})
+        assert not expanded.is_error
+        definitions = (expanded.structured_content or {})["tools"]
+        assert definitions[0]["inputSchema"]["required"] == ["incident_id", "notify"]
+        assert "update_incident" in text(expanded)
+        if not a.modern:
+            with anyio.fail_after(5):
+                await a.list_changed.wait()
+            assert "update_incident" in await a.names()
 
-            # Its rebuilt call now fails validation naming the missing field, still not forwarded.
-            invalid = await a.call("update_incident", REBUILT)
-            assert reason(invalid) == "arguments_invalid"
-            assert (invalid.meta or {})["residency/error"]["path"] == "$.notify"
-            assert desk.calls == calls_before
+        # Its rebuilt call now fails validation naming the missing field, still not forwarded.
+        invalid = await a.call("update_incident", REBUILT)
+        assert reason(invalid) == "arguments_invalid"
+        assert (invalid.meta or {})["residency/error"]["path"] == "$.notify"
+        assert desk.calls == calls_before
 
-            done = await a.call("update_incident", {**REBUILT, "notify": True})
-            assert not done.is_error
-            assert json.loads(text(done))["severity"] == "SEV-1"
-            assert desk.incidents["INC-7"].severity == "SEV-1"
-            assert [n for n, _ in desk.calls].count("create_incident") == 0
-            kinds = [e["kind"] for e in json.loads(await a.read("residency://events"))]
-            assert "reexpanded" in kinds and "refused" in kinds and "tombstoned" in kinds
+        done = await a.call("update_incident", {**REBUILT, "notify": True})
+        assert not done.is_error
+        assert json.loads(text(done))["severity"] == "SEV-1"
+        assert desk.incidents["INC-7"].severity == "SEV-1"
+        assert [n for n, _ in desk.calls].count("create_incident") == 0
+        kinds = [e["kind"] for e in json.loads(await a.read("residency://events"))]
+        assert "reexpanded" in kinds and "refused" in kinds and "tombstoned" in kinds
 
 
 async def test_an_upstream_schema_migration_tombstones_a_tool_with_visible_arguments(era: str) -> None:
     desk = IncidentDesk(schema="v1")
-    async with running(desk=desk) as gw:
-        async with agent(gw, era) as a:
-            session = gw.session(a.key)
-            old = {"incident_id": "INC-7", "severity": "SEV-2", "assignee_id": "u-42", "notify": True}
-            assert not (await a.use("update_incident", old)).is_error
-            before = session.tool("update_incident").hash
+    async with running(desk=desk) as gw, agent(gw, era) as a:
+        session = gw.session(a.key)
+        old = {"incident_id": "INC-7", "severity": "SEV-2", "assignee_id": "u-42", "notify": True}
+        assert not (await a.use("update_incident", old)).is_error
+        before = session.tool("update_incident").hash
 
-            a.list_changed = anyio.Event()
-            await desk.migrate()
-            if a.modern:
-                await gw.reload("desk")
+        a.list_changed = anyio.Event()
+        await desk.migrate()
+        if a.modern:
+            await gw.reload("desk")
+        else:
+            # The desk's list_changed makes the gateway reload, and the gateway tells us.
             with anyio.fail_after(5):
-                # Handshake era: the desk's list_changed makes the gateway reload, which tells us.
-                while session.tool("update_incident").hash == before:
-                    await a.list_changed.wait() if not a.modern else anyio.lowlevel.checkpoint()
+                await a.list_changed.wait()
+        assert session.tool("update_incident").hash != before
 
-            assert session.state("update_incident") is ToolState.TOMBSTONED
-            refused = await a.call("update_incident", {**old, "severity": "SEV-1"})
-            assert reason(refused) == "tool_not_resident"
-            assert [n for n, _ in desk.calls] == ["update_incident"]
+        assert session.state("update_incident") is ToolState.TOMBSTONED
+        refused = await a.call("update_incident", {**old, "severity": "SEV-1"})
+        assert reason(refused) == "tool_not_resident"
+        assert [n for n, _ in desk.calls] == ["update_incident"]
 
-            expanded = await a.call("reexpand_tools", {"names": ["update_incident"]})
-            schema = (expanded.structured_content or {})["tools"][0]["inputSchema"]
-            assert schema["properties"]["assignee"]["type"] == "object"
-            stale = await a.call("update_incident", {**old, "severity": "SEV-1"})
-            assert reason(stale) == "arguments_invalid"
-            fixed = {"incident_id": "INC-7", "severity": "SEV-1", "assignee": {"id": "u-42"}, "notify": True}
-            assert not (await a.call("update_incident", fixed)).is_error
-            assert desk.incidents["INC-7"].assignee == {"id": "u-42"}
+        expanded = await a.call("reexpand_tools", {"names": ["update_incident"]})
+        schema = (expanded.structured_content or {})["tools"][0]["inputSchema"]
+        assert schema["properties"]["assignee"]["type"] == "object"
+        stale = await a.call("update_incident", {**old, "severity": "SEV-1"})
+        assert reason(stale) == "arguments_invalid"
+        fixed = {"incident_id": "INC-7", "severity": "SEV-1", "assignee": {"id": "u-42"}, "notify": True}
+        assert not (await a.call("update_incident", fixed)).is_error
+        assert desk.incidents["INC-7"].assignee == {"id": "u-42"}

@@ -29,13 +29,16 @@ async def test_the_handshake_era_lists_resident_tools_with_the_meta_tools_and_ad
 
 
 async def test_the_modern_era_lists_the_same_pinned_tools_for_every_session() -> None:
-    async with running({"pinned": ["get_incident"]}, desk=IncidentDesk()) as gw:
-        async with agent(gw, "modern", "one") as a, agent(gw, "modern", "two") as b:
-            await a.use("list_services", {})
-            assert await a.names() == ["get_incident", *META_TOOLS]
-            assert await b.names() == ["get_incident", *META_TOOLS]
-            listed = await a.client.list_tools(meta=a.meta, cache_mode="refresh")
-            assert (listed.ttl_ms, listed.cache_scope) == (0, "public")
+    async with (
+        running({"pinned": ["get_incident"]}, desk=IncidentDesk()) as gw,
+        agent(gw, "modern", "one") as a,
+        agent(gw, "modern", "two") as b,
+    ):
+        await a.use("list_services", {})
+        assert await a.names() == ["get_incident", *META_TOOLS]
+        assert await b.names() == ["get_incident", *META_TOOLS]
+        listed = await a.client.list_tools(meta=a.meta, cache_mode="refresh")
+        assert (listed.ttl_ms, listed.cache_scope) == (0, "public")
 
 
 async def test_a_reexpanded_tool_is_callable_by_name_in_the_modern_era() -> None:
@@ -86,7 +89,7 @@ async def test_search_finds_withheld_tools_by_argument_name_but_never_archived_o
     async with running(desk=IncidentDesk()) as gw, agent(gw, "modern") as a:
         session = gw.session(a.key)
         found = await a.call("search_tools", {"query": "runbook_id"})
-        assert [t["name"] for t in (found.structured_content or {})["tools"]][0] == "get_runbook"
+        assert next(t["name"] for t in (found.structured_content or {})["tools"]) == "get_runbook"
         session.archive("get_runbook", "abandoned chain")
         again = await a.call("search_tools", {"query": "runbook_id", "limit": 10})
         assert "get_runbook" not in [t["name"] for t in (again.structured_content or {})["tools"]]
@@ -130,14 +133,17 @@ async def test_check_chain_reports_a_sequence_that_reassembles_an_archived_chain
 
 
 async def test_sessions_with_different_keys_do_not_share_state(era: str) -> None:
-    async with running({"budget": {"schema_tokens": 400}}, desk=IncidentDesk()) as gw:
-        async with agent(gw, era, "alice") as alice, agent(gw, era, "bob") as bob:
-            await alice.use("update_incident", {"incident_id": "INC-1", "notify": False})
-            assert gw.session("alice").arguments_resident("update_incident")
-            assert not gw.session("bob").arguments_resident("update_incident")
-            rows = {r["name"]: r for r in json.loads(await bob.read("residency://tools"))}
-            assert rows["update_incident"]["arguments_resident"] is False
-            assert gw.session("bob").resident_calls() == []
+    async with (
+        running({"budget": {"schema_tokens": 400}}, desk=IncidentDesk()) as gw,
+        agent(gw, era, "alice") as alice,
+        agent(gw, era, "bob") as bob,
+    ):
+        await alice.use("update_incident", {"incident_id": "INC-1", "notify": False})
+        assert gw.session("alice").arguments_resident("update_incident")
+        assert not gw.session("bob").arguments_resident("update_incident")
+        rows = {r["name"]: r for r in json.loads(await bob.read("residency://tools"))}
+        assert rows["update_incident"]["arguments_resident"] is False
+        assert gw.session("bob").resident_calls() == []
 
 
 async def test_resources_show_the_session_state(era: str) -> None:
