@@ -49,6 +49,7 @@ __all__ = [
     "minify_schema",
     "minify_tool",
     "minify_tool_with_report",
+    "model_view",
 ]
 
 MinifyLevel = Literal["full-text", "compact", "minimal"]
@@ -91,6 +92,16 @@ def _refs(root: object) -> list[object]:
             refs.append(node["$ref"])
         stack.extend(sub for _, sub in subschemas(node, ""))
     return refs
+
+
+def model_view(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a tool a model is sent: ``name``, ``description``, ``inputSchema``.
+
+    Provider tool formats (Anthropic ``input_schema``, OpenAI ``parameters``) carry these
+    three; ``title``, ``annotations``, ``outputSchema`` and ``_meta`` stay with the client.
+    Token figures are counted on this view.
+    """
+    return {k: tool[k] for k in ("name", "description", "inputSchema") if k in tool}
 
 
 def _ref_targets(root: object) -> set[str]:

@@ -136,17 +136,19 @@ def sentences(text: str) -> list[str]:
 
 
 def opening(text: str, *, min_chars: int = 30) -> str:
-    """A description's informative opening: its first sentence (two if the first is tiny).
+    """A description's informative opening: the first sentence of its first paragraph.
 
-    Headings (``# ...``) before the first sentence are skipped.
+    Two sentences when the first is shorter than ``min_chars`` and the paragraph goes on;
+    headings (``# ...``) before the first paragraph are skipped.
     """
-    parts = [s for s in sentences(normalize_prose(text)) if not s.startswith("#")]
-    if not parts:
-        return ""
-    first = parts[0]
-    if len(first) < min_chars and len(parts) > 1 and not parts[1].startswith(("-", "*", "|")):
-        return f"{first} {parts[1]}"
-    return first
+    for paragraph in _paragraphs(normalize_prose(text)):
+        if paragraph.startswith("#"):
+            continue
+        parts = sentences(paragraph)
+        if len(parts[0]) < min_chars and len(parts) > 1:
+            return f"{parts[0]} {parts[1]}"
+        return parts[0]
+    return ""
 
 
 def _name_words(name: str) -> set[str]:
@@ -163,12 +165,13 @@ def _new_words(sentence: str, known: set[str]) -> int:
     return len({w for w in words if w not in known and w not in _FILLER and len(w) > 2})
 
 
-def parameter_note(text: str, name: str, *, max_sentences: int = 2, min_new_words: int = 4) -> str | None:
+def parameter_note(text: str, name: str, *, max_sentences: int = 1, min_new_words: int = 4) -> str | None:
     """What of a parameter description is worth keeping, or None if nothing is.
 
-    Keeps the sentences that carry a cue (unit, format, index base, range, default,
-    obligation, example), plus the first sentence if it says enough that the name does not,
-    up to ``max_sentences``, in their original order, each cut at a real sentence end.
+    Keeps the first ``max_sentences`` sentences, in their original order, that carry a cue
+    (unit, format, index base, range, default, obligation, example); the first sentence also
+    counts when it has ``min_new_words`` words that the name does not say. Sentences are cut
+    at real sentence ends only.
     """
     parts = sentences(normalize_prose(text))
     known = _name_words(name)
