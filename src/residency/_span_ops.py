@@ -38,6 +38,8 @@ from residency._tokens import count_tokens
 
 __all__ = ["SpanOps"]
 
+_STATE_OF = {s.value: s for s in SpanState}  # a dict lookup: replay runs this once per entry
+
 
 class SpanOps(SessionBase):
     """Spans of context: add, externalize, evict, summarize, re-ground, restore, the window."""
@@ -221,7 +223,7 @@ class SpanOps(SessionBase):
     def _apply_span_transition(self, data: Mapping[str, Any]) -> None:
         span_id = data["id"]
         before = self._span_states[span_id]
-        dest = SpanState(data["dest"])
+        dest = _STATE_OF[data["dest"]]
         self._span_states[span_id] = dest
         if before is SpanState.RESIDENT and dest is not SpanState.RESIDENT:
             self._stored.add(span_id)
