@@ -24,7 +24,6 @@ BENCHES: dict[str, str] = {
     "chains": "residency._bench.chains",
     "spans": "residency._bench.spans",
     "session": "residency._bench.session",
-    "minify": "residency._bench.minify",
 }
 
 
