@@ -94,23 +94,36 @@ async def serve_http(
     import uvicorn
 
     app = http_app(gateway, host=host, token=token)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=2
+    )
     server = uvicorn.Server(config)
     port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}{MCP_PATH}"
+    done = anyio.Event()
 
-    async def announce() -> None:
-        while not server.started:
-            await anyio.sleep(0.01)
-        if started is not None:
-            maybe = started(url)
-            if maybe is not None:
-                await maybe
+    async def run() -> None:
+        # Shielded: on cancellation uvicorn is asked to exit and shuts down cleanly (closing
+        # its sockets and streams) instead of being torn down mid-flight.
+        try:
+            with anyio.CancelScope(shield=True):
+                await server.serve(sockets=[sock])
+        finally:
+            sock.close()
+            done.set()
 
     async with anyio.create_task_group() as tg:
-        tg.start_soon(announce)
+        tg.start_soon(run)
         try:
-            await server.serve(sockets=[sock])
+            while not server.started and not done.is_set():
+                await anyio.sleep(0.01)
+            if started is not None and server.started:
+                maybe = started(url)
+                if maybe is not None:
+                    await maybe
+            await done.wait()
         finally:
-            tg.cancel_scope.cancel()
+            server.should_exit = True
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await done.wait()

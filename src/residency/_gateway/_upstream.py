@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from contextlib import AsyncExitStack
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -95,7 +96,7 @@ class Upstream:
 
     # -- lifetime ----------------------------------------------------------------------------
 
-    def _make_client(self) -> Client:
+    async def _open_client(self, stack: AsyncExitStack) -> Client:
         target = self._target
         handler = self._message_handler
         if isinstance(target, StdioServer):
@@ -107,21 +108,19 @@ class Upstream:
             )
             from mcp.client.stdio import stdio_client
 
-            return Client(
-                stdio_client(params, errlog=self._errlog or sys.stderr),
-                mode="legacy",
-                message_handler=handler,
-            )
+            transport = stdio_client(params, errlog=self._errlog or sys.stderr)
+            return await stack.enter_async_context(Client(transport, mode="legacy", message_handler=handler))
         if isinstance(target, HTTPServer):
             import httpx2
             from mcp.client.streamable_http import streamable_http_client
 
             headers = {k: v.get_secret_value() for k, v in target.headers.items()}
-            http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.timeout, read=None))
-            return Client(
-                streamable_http_client(target.url, http_client=http), mode="legacy", message_handler=handler
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.timeout, read=None))
             )
-        return Client(target, mode="legacy", message_handler=handler)
+            transport = streamable_http_client(target.url, http_client=http)
+            return await stack.enter_async_context(Client(transport, mode="legacy", message_handler=handler))
+        return await stack.enter_async_context(Client(target, mode="legacy", message_handler=handler))
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Connect (in a task of ``tg``) and list the tools.
@@ -163,7 +162,8 @@ class Upstream:
         self, ready: anyio.Event, failure: list[BaseException], stop: anyio.Event, done: anyio.Event
     ) -> None:
         try:
-            async with self._make_client() as client:
+            async with AsyncExitStack() as stack:
+                client = await self._open_client(stack)
                 self.tools = await _list_all(client)
                 self._client = client
                 self.last_error = ""
