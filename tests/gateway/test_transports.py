@@ -70,9 +70,12 @@ async def http_gateway(token: str | None = None, **residency: Any) -> AsyncItera
 
 @asynccontextmanager
 async def _client(url: str, mode: str, headers: dict[str, str] | None = None) -> AsyncIterator[Client]:
-    async with httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(10, read=None)) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
-            yield client
+    timeout = httpx2.Timeout(10, read=None)
+    async with (
+        httpx2.AsyncClient(headers=headers or {}, timeout=timeout) as http,
+        Client(streamable_http_client(url, http_client=http), mode=mode) as client,
+    ):
+        yield client
 
 
 @pytest.mark.slow

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from contextlib import AsyncExitStack
 from collections.abc import Callable, Coroutine
+from contextlib import AsyncExitStack
 from typing import Any
 
 import anyio
