@@ -28,7 +28,7 @@ from residency._bench._trace import (
     load_trace,
     parse_trace,
 )
-from residency._bench.session import TRACES, main, readme_table, run_trace
+from residency._bench.session import GENERATED_END, GENERATED_START, TRACES, main, readme_table, run_trace
 from residency._cli import main as cli_main
 from residency._errors import InvalidInput
 
@@ -335,6 +335,11 @@ def test_the_cli_writes_json_a_plot_and_the_readme_table(
     assert main(["--readme-table", str(out)]) == 0
     table = capsys.readouterr().out
     assert "| tiny | residency |" in table and "| tiny | seed-003 |" in table
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Results\n{GENERATED_START} ... -->\nold table\n{GENERATED_END}\nkept\n")
+    assert main(["--readme-table", str(out), "--write", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old table" not in text and table in text and text.endswith(f"{GENERATED_END}\nkept\n")
 
 
 def test_the_cli_refuses_a_bad_trace_with_exit_code_2(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ Figures per trace, all measured in the same run:
 * the median ``plan_turn`` time as a ratio to ``json.dumps`` of the full tool list it
   replaces (target <= 1x).
 
-``python -m residency._bench.session --readme-table RESULTS.json`` prints the README table.
+``python -m residency._bench.session --readme-table RESULTS.json`` prints the README table;
+``--write benchmarks/README.md`` puts it in the README's generated block.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -43,7 +45,17 @@ from residency._core._tools import JSONObject
 from residency._errors import InvalidInput
 from residency._tokens import tokenizer_name
 
-__all__ = ["SMALL_ARGS", "SUMMARY", "add_arguments", "main", "readme_table", "run", "run_trace"]
+__all__ = [
+    "SMALL_ARGS",
+    "SUMMARY",
+    "add_arguments",
+    "main",
+    "plot",
+    "readme_table",
+    "run",
+    "run_trace",
+    "write_readme",
+]
 
 SUMMARY = "tool tokens, ghost calls and re-expansions over agent sessions, four strategies side by side"
 SMALL_ARGS = ["--quiet"]
@@ -225,7 +237,8 @@ def run(args: argparse.Namespace) -> BenchReport:
     for name, result in results.items():
         _figures(report, name, result)
     if not args.quiet:
-        _print_tables(results, Console())
+        out = Console()
+        _print_tables(results, out if out.is_terminal else Console(width=100))
     if args.plot is not None:
         plot(results, args.plot)
     return report
@@ -273,12 +286,12 @@ def _figures(report: BenchReport, name: str, r: JSONObject) -> None:
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("total_tokens", "tokens"),
     ("reduction_vs_all_full", "cut"),
-    ("ghost_calls_forwarded", "ghost fwd"),
-    ("invalid_calls_forwarded", "invalid fwd"),
-    ("stale_calls_forwarded", "stale fwd"),
+    ("ghost_calls_forwarded", "ghost"),
+    ("invalid_calls_forwarded", "invalid"),
+    ("stale_calls_forwarded", "stale"),
     ("refused_calls", "refused"),
-    ("reexpansions", "re-expand"),
-    ("searches", "searches"),
+    ("reexpansions", "re-exp"),
+    ("searches", "search"),
     ("failed_calls", "failed"),
 )
 
@@ -292,10 +305,16 @@ def _cell(key: str, value: Any) -> str:
 def _print_tables(results: Mapping[str, JSONObject], console: Console) -> None:
     for name, r in results.items():
         title = f"{name}: {r['turns']} turns, {r['calls']} calls, {r['tools']} tools"
-        table = Table(title=f"{title} ({r['tokenizer']} tokens)")
-        table.add_column("strategy")
+        table = Table(
+            title=f"{title} ({r['tokenizer']} tokens)",
+            caption="ghost/invalid/stale: calls forwarded so; re-exp: re-expansions",
+            box=box.SIMPLE_HEAD,
+            padding=(0, 0, 0, 1),
+            pad_edge=False,
+        )
+        table.add_column("strategy", no_wrap=True)
         for _, label in _COLUMNS:
-            table.add_column(label, justify="right")
+            table.add_column(label, justify="right", no_wrap=True)
         for strategy, figures in r["strategies"].items():
             table.add_row(strategy, *(_cell(k, figures[k]) for k, _ in _COLUMNS))
         console.print(table)
@@ -367,7 +386,9 @@ def readme_table(loaded: Any) -> str:
     ]
     notes = []
     for name, r in data["traces"].items():
-        for strategy, f in r["strategies"].items():
+        strategies = r["strategies"]
+        for strategy in sorted(strategies, key=lambda k: STRATEGIES.index(k) if k in STRATEGIES else 99):
+            f = strategies[strategy]
             lines.append(
                 f"| {name} | {strategy} | {f['total_tokens']:,} | {f['reduction_vs_all_full']:.1%} "
                 f"| {f['ghost_calls_forwarded']} | {f['invalid_calls_forwarded']} "
@@ -375,6 +396,23 @@ def readme_table(loaded: Any) -> str:
                 f"| {f['searches']} | {f['failed_calls']} |"
             )
         p = r["planning"]
+        res, seed = strategies["residency"], strategies["seed-003"]
+        verdicts = [
+            f"cut {res['reduction_vs_all_full']:.1%} vs all-full (target >= {TARGET_CUT:.0%}: "
+            f"{'met' if res['reduction_vs_all_full'] >= TARGET_CUT else 'MISSED'})",
+            f"{res['total_tokens'] / seed['total_tokens']:.2f}x the tokens of seed-003 (target < 1: "
+            f"{'met' if res['total_tokens'] < seed['total_tokens'] else 'MISSED'})",
+            f"{res['ghost_calls_forwarded']} ghost and {res['invalid_calls_forwarded']} invalid calls "
+            "forwarded",
+        ]
+        notes.append(f"- {name}, residency: " + "; ".join(verdicts) + ".")
+        careless = r.get("careless_model", {}).get("residency")
+        if careless is not None:
+            notes.append(
+                f"- {name}, careless model (rebuilds calls despite tombstones): residency refused "
+                f"{careless['refused_calls']}, forwarded {careless['ghost_calls_forwarded']} ghost and "
+                f"{careless['invalid_calls_forwarded']} invalid calls, failed {careless['failed_calls']}."
+            )
         notes.append(
             f"- {name}: {r['turns']} turns, {r['calls']} calls, {r['tools']} tools; plan_turn median "
             f"{p['plan_turn_seconds_median'] * 1e6:,.0f} µs = {p['planning_cost_ratio']:.2f}x "
@@ -410,15 +448,41 @@ def _sweep_table(data: Mapping[str, Any]) -> list[str]:
     ]
 
 
+GENERATED_START = "<!-- generated: python -m residency._bench.session --readme-table"
+GENERATED_END = "<!-- end generated -->"
+
+
+def write_readme(readme: Path, table: str) -> None:
+    """Replace the generated block of ``readme`` (between the two marker lines) with ``table``.
+
+    Raises:
+        InvalidInput: the file has no generated block.
+    """
+    lines = readme.read_text().splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith(GENERATED_START)), None)
+    end = next((i for i, line in enumerate(lines) if line.startswith(GENERATED_END)), None)
+    if start is None or end is None or end < start:
+        raise InvalidInput(
+            f"{readme}: no generated block ({GENERATED_START} ... {GENERATED_END})", where=str(readme)
+        )
+    readme.write_text("".join([*lines[: start + 1], table, *lines[end:]]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m residency._bench.session``: ``--readme-table FILE`` or the benchmark itself."""
+    """``python -m residency._bench.session``: ``--readme-table FILE [--write README]``, or the benchmark."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--readme-table"]:
-        if len(argv) != 2:
-            print("usage: python -m residency._bench.session --readme-table RESULTS.json", file=sys.stderr)
+        if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--write"):
+            print(
+                "usage: python -m residency._bench.session --readme-table RESULTS.json [--write README.md]",
+                file=sys.stderr,
+            )
             return 2
         try:
             text = readme_table(json.loads(Path(argv[1]).read_text()))
+            if len(argv) == 4:
+                write_readme(Path(argv[3]), text)
+                return 0
         except (OSError, ValueError, KeyError) as exc:
             print(f"--readme-table {argv[1]}: {exc}", file=sys.stderr)
             return 2
