@@ -24,6 +24,7 @@ BENCHES: dict[str, str] = {
     "chains": "residency._bench.chains",
     "spans": "residency._bench.spans",
     "session": "residency._bench.session",
+    "minify": "residency._bench.minify",
 }
 
 
