@@ -7,6 +7,7 @@ tools come back by re-expansion; every change is journaled.
 from residency._core._chains import ChainRecord, ChainVerdict
 from residency._core._events import Event, EventKind
 from residency._core._lifecycle import SPAN_LIFECYCLE, TOOL_LIFECYCLE, Lifecycle, SpanState, ToolState, Transition
+from residency._core._minify import MinifyLevel, MinifyReport, minify_tool, minify_tool_with_report
 from residency._core._planner import Budget
 from residency._core._spans import PRECONDITION_TAGS, SpanRecord, WindowItem, WindowItemKind
 from residency._core._tools import CallRecord, ToolSpec, definition_hash, is_mutation
@@ -56,6 +57,8 @@ __all__ = (
     "JournalEntry",
     "Lifecycle",
     "MemoryStore",
+    "MinifyLevel",
+    "MinifyReport",
     "NotFound",
     "PRECONDITION_TAGS",
     "ResidencyError",
@@ -83,6 +86,8 @@ __all__ = (
     "count_tokens",
     "definition_hash",
     "is_mutation",
+    "minify_tool",
+    "minify_tool_with_report",
     "open_store",
     "tokenizer_name",
 )
