@@ -19,6 +19,8 @@ _COMMANDS = (
     "residency._cli._lifecycle",
     "residency._cli._bench",
     "residency._cli._serve",
+    "residency._cli._demo",
+    "residency._cli._minify",
     # (serve, demo, minify, inspect are added as they land)
 )
 
