@@ -213,6 +213,25 @@ def test_a_reopened_session_replays_its_journal() -> None:
 def test_plan_tools_are_the_shown_form_in_registration_order() -> None:
     s = Session(minify=lambda tool: {"name": tool["name"], "inputSchema": tool["inputSchema"]})
     s.register_tools(TOOLS)
-    plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0))
+    plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0, idle_turns=None))
     assert plan.tool_names == ("read", "write")
     assert all(set(t) == {"name", "inputSchema"} for t in plan.tools)
+
+
+def test_tools_nobody_asked_for_leave_even_when_the_budget_has_room(s: Session) -> None:
+    s.record_call("read", {"path": "a"})
+    plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=10_000, idle_turns=2))
+    assert plan.tool_names == ("read",)
+    assert s.state("write") is ToolState.EVICTED
+    s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=10_000, idle_turns=2))  # turn 2
+    assert s.state("read") is ToolState.RESIDENT
+    s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=10_000, idle_turns=2))
+    assert s.state("read") is ToolState.TOMBSTONED  # idle past the limit, arguments still visible
+
+
+def test_a_reexpanded_tool_is_warm_for_the_next_plan(s: Session) -> None:
+    s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0))
+    assert s.state("write") is ToolState.EVICTED
+    s.reexpand("write")
+    plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0))
+    assert plan.tool_names == ("write",)

@@ -8,6 +8,7 @@ change of tool state goes through the shared lifecycle machine with the tool's
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,7 +21,15 @@ from jsonschema.exceptions import ValidationError, best_match
 from residency._core._events import Event, EventKind
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
 from residency._core._planner import Budget, ResidentCall, ToolStanding, decide
-from residency._core._tools import CallRecord, JSONObject, ToolSpec, definition_hash, is_mutation, parse_tool
+from residency._core._tools import (
+    CallRecord,
+    JSONObject,
+    ToolSpec,
+    canonical_json,
+    definition_hash,
+    is_mutation,
+    parse_tool,
+)
 from residency._errors import (
     ArgumentsInvalid,
     CallRefused,
@@ -132,15 +141,12 @@ class ToolOps(SessionBase):
             if name in seen:
                 raise InvalidInput(f"tools[{i}]: tool {name!r} is given twice", where=f"tools[{i}]")
             seen.add(name)
-            schema = tool["inputSchema"]
-            try:
-                jsonschema.validators.validator_for(schema).check_schema(schema)
-            except JSONSchemaError as exc:
-                path = "/".join(str(p) for p in exc.path)
+            problem = _schema_problem(canonical_json(tool["inputSchema"]))
+            if problem is not None:
                 raise SchemaError(
-                    f"tools[{i}] ({name}): inputSchema is not a valid JSON Schema at '{path}': {exc.message}",
+                    f"tools[{i}] ({name}): inputSchema is not a valid JSON Schema at {problem}",
                     where=f"tools[{i}].inputSchema",
-                ) from None
+                )
             known = self._tools.get(name)
             if known is None or known.hash != definition_hash(tool):
                 parsed.append(tool)
@@ -446,6 +452,7 @@ class ToolOps(SessionBase):
             standings,
             (ResidentCall(c.id, c.tool, c.argument_tokens) for c in self._resident.values()),
             self._argument_total,
+            self._turn + 1,
         )
         left: dict[str, int] = {}
         for call_id in decision.evict_calls:
@@ -461,7 +468,7 @@ class ToolOps(SessionBase):
         for trigger, names, reason in (
             ("evict", decision.cascade, "arguments left: tombstone no longer needed"),
             ("reexpand", decision.restore, "pinned or in the active phase"),
-            ("prune", decision.prune, "schema budget"),
+            ("prune", decision.prune, "schema budget or idle"),
         ):
             for name in names:
                 dest = TOOL_LIFECYCLE.fire(self._states[name], trigger, record=name, facts=facts_after(name))
@@ -515,6 +522,18 @@ class ToolOps(SessionBase):
             for c in self._calls.values()
         }
         parts["tombstones"] = self.tombstones()
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_problem(schema_json: str) -> str | None:
+    """Why a schema is not valid JSON Schema, or None. Cached: checking costs ~3 ms a schema
+    and sessions of one gateway register the same upstream tools again and again."""
+    schema = json.loads(schema_json)
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except JSONSchemaError as exc:
+        return f"'{'/'.join(str(p) for p in exc.path)}': {exc.message}"
+    return None
 
 
 def _error_path(error: ValidationError) -> str:

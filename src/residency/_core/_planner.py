@@ -8,8 +8,11 @@ Order matters, and it is the order that keeps ghost tools from being made:
 2. Cascade in the same turn. A tombstoned tool whose last resident arguments just left needs
    no tombstone any more: it is evicted.
 3. Schema budget. Pinned tools always stay (pinned or active-phase tools that were evicted
-   come back); the rest are ranked by active phase, recency, then frequency, and kept while
-   they fit. The others are pruned.
+   come back). The other candidates are the warm tools: called, re-expanded or found within
+   the last ``idle_turns`` turns. They are ranked by active phase, recency, then frequency,
+   and kept while they fit. The budget is a ceiling, not a target: a tool nobody has asked
+   for stays out (it is still found by search and re-expanded on demand), which is what
+   deferred loading saves. The others are pruned.
 4. A pruned tool whose arguments are still resident is tombstoned, never silently dropped. The
    session applies that through the lifecycle machine (``prune``), which cannot do otherwise.
 
@@ -35,6 +38,9 @@ class Budget:
     Attributes:
         schema_tokens: the most tokens of resident (minified) tool schemas to show.
         argument_tokens: the most tokens of earlier call arguments to keep in the transcript.
+        idle_turns: a tool not called, re-expanded or found for more than this many turns
+            leaves even when the schema budget has room. ``None`` keeps every resident tool
+            that fits, including tools never used (for hosts with no tool search).
 
     Raises:
         InvalidInput: a budget that is not a non-negative integer.
@@ -42,10 +48,13 @@ class Budget:
 
     schema_tokens: int
     argument_tokens: int
+    idle_turns: int | None = 8
 
     def __post_init__(self) -> None:
-        for field in ("schema_tokens", "argument_tokens"):
+        for field in ("schema_tokens", "argument_tokens", "idle_turns"):
             value = getattr(self, field)
+            if value is None and field == "idle_turns":
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise InvalidInput(
                     f"Budget.{field} must be a non-negative integer, got {value!r}", where=field
@@ -105,6 +114,7 @@ def decide(
     tools: Sequence[ToolStanding],
     resident_calls: Iterable[ResidentCall],
     argument_total: int,
+    turn: int,
 ) -> PlanDecision:
     """Plan one turn.
 
@@ -113,6 +123,7 @@ def decide(
         tools: every registered tool.
         resident_calls: the calls whose arguments are resident, oldest first.
         argument_total: the sum of their tokens.
+        turn: the turn being planned (for ``idle_turns``).
 
     Returns:
         The decision; nothing is changed here.
@@ -138,11 +149,19 @@ def decide(
     ]
 
     # 3. Schema budget.
+    def warm(t: ToolStanding) -> bool:
+        if budget.idle_turns is None:
+            return True
+        return t.last_turn >= 0 and turn - t.last_turn <= budget.idle_turns
+
     candidates = [
         t
         for t in tools
-        if t.state is ToolState.RESIDENT or (t.state is ToolState.EVICTED and (t.pinned or t.in_phase))
+        if (t.state is ToolState.RESIDENT and (t.pinned or t.in_phase or warm(t)))
+        or (t.state is ToolState.EVICTED and (t.pinned or t.in_phase))
     ]
+    kept = {t.name for t in candidates}
+    cold = [t.name for t in tools if t.state is ToolState.RESIDENT and t.name not in kept]
     candidates.sort(key=lambda t: (not t.pinned, not t.in_phase, -t.last_turn, -t.uses, t.name))
     resident: list[str] = []
     dropped: list[str] = []
@@ -157,7 +176,7 @@ def decide(
             dropped.append(t.name)
     by_name = {t.name: t for t in candidates}
     restore = [n for n in resident if by_name[n].state is ToolState.EVICTED]
-    prune = [n for n in dropped if by_name[n].state is ToolState.RESIDENT]
+    prune = cold + [n for n in dropped if by_name[n].state is ToolState.RESIDENT]
     return PlanDecision(
         evict_calls=tuple(evict_calls),
         cascade=tuple(cascade),
