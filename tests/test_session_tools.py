@@ -219,18 +219,20 @@ def test_plan_tools_are_the_shown_form_in_registration_order() -> None:
 
 
 def test_tools_nobody_asked_for_leave_even_when_the_budget_has_room(s: Session) -> None:
+    roomy = Budget(schema_tokens=10_000, argument_tokens=10_000, idle_turns=2)
+    plan = s.plan_turn(roomy)  # turn 1: both were registered at turn 0, both warm
+    assert plan.tool_names == ("read", "write")
     s.record_call("read", {"path": "a"})
-    plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=10_000, idle_turns=2))
+    s.plan_turn(roomy)  # turn 2
+    plan = s.plan_turn(roomy)  # turn 3: write idle for 3 turns, read for 2
     assert plan.tool_names == ("read",)
     assert s.state("write") is ToolState.EVICTED
-    s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=10_000, idle_turns=2))  # turn 2
-    assert s.state("read") is ToolState.RESIDENT
-    s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=10_000, idle_turns=2))
-    assert s.state("read") is ToolState.TOMBSTONED  # idle past the limit, arguments still visible
+    s.plan_turn(roomy)  # turn 4: read idle for 3 turns, its arguments still visible
+    assert s.state("read") is ToolState.TOMBSTONED
 
 
 def test_a_reexpanded_tool_is_warm_for_the_next_plan(s: Session) -> None:
-    s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0))
+    s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0, idle_turns=0))
     assert s.state("write") is ToolState.EVICTED
     s.reexpand("write")
     plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0))

@@ -164,6 +164,7 @@ class ToolOps(SessionBase):
             self._validators.pop(name, None)
             if old is None:
                 self._states[name] = ToolState.RESIDENT
+                self._last_turn[name] = self._turn  # a new tool is warm for idle_turns turns
                 self._event(EventKind.REGISTERED, name)
                 continue
             self._event(EventKind.REDEFINED, name, "definition changed upstream")

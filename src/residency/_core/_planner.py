@@ -8,8 +8,8 @@ Order matters, and it is the order that keeps ghost tools from being made:
 2. Cascade in the same turn. A tombstoned tool whose last resident arguments just left needs
    no tombstone any more: it is evicted.
 3. Schema budget. Pinned tools always stay (pinned or active-phase tools that were evicted
-   come back). The other candidates are the warm tools: called, re-expanded or found within
-   the last ``idle_turns`` turns. They are ranked by active phase, recency, then frequency,
+   come back). The other candidates are the warm tools: registered, called, re-expanded or
+   found within the last ``idle_turns`` turns. They are ranked by active phase, recency, then frequency,
    and kept while they fit. The budget is a ceiling, not a target: a tool nobody has asked
    for stays out (it is still found by search and re-expanded on demand), which is what
    deferred loading saves. The others are pruned.
@@ -38,9 +38,9 @@ class Budget:
     Attributes:
         schema_tokens: the most tokens of resident (minified) tool schemas to show.
         argument_tokens: the most tokens of earlier call arguments to keep in the transcript.
-        idle_turns: a tool not called, re-expanded or found for more than this many turns
-            leaves even when the schema budget has room. ``None`` keeps every resident tool
-            that fits, including tools never used (for hosts with no tool search).
+        idle_turns: a tool not registered, called, re-expanded or found for more than this
+            many turns leaves even when the schema budget has room. ``None`` keeps every
+            resident tool that fits (for hosts with no tool search).
 
     Raises:
         InvalidInput: a budget that is not a non-negative integer.
