@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -32,6 +32,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from residency._gateway._connection import SESSION_META_KEY
+from residency._gateway._demo import desk_tools
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -56,6 +57,20 @@ REBUILT = {"incident_id": "INC-7", "severity": "SEV-1", "assignee": {"id": "u-42
 """A call rebuilt from the visible arguments that drops ``notify``: invalid, never forwarded."""
 ESCALATE = {**REBUILT, "notify": True}
 """A valid call: forwarded, it would make INC-7 SEV-1."""
+DESK_OVER_STDIO = """
+import anyio
+from mcp.server.stdio import stdio_server
+from residency._gateway._demo import IncidentDesk
+
+async def main():
+    desk = IncidentDesk()
+    async with stdio_server() as (read, write):
+        await desk.server.run(read, write, desk.server.create_initialization_options())
+
+anyio.run(main)
+"""
+"""The demo desk as a stdio upstream, so a config file can put it behind a tighter budget."""
+
 READ_ONLY_TURNS = [
     ("get_timeline", {"incident_id": "INC-7"}),
     ("get_service_health", {"service": "api"}),
@@ -132,16 +147,21 @@ class Ran:
                 f"{self.argv[0]} printed no JSON (exit {self.returncode}):\n{self.stdout}\n{self.stderr}"
             )
 
+    def error_envelope(self) -> Any:
+        """The Inspector's error envelope (on stderr under ``-q``)."""
+        lines = [line for line in self.stderr.splitlines() if line.startswith("{")]
+        if not lines:
+            pytest.fail(f"no error envelope: {self.explain()}")
+        return json.loads(lines[-1])
+
     def explain(self) -> str:
         return f"exit {self.returncode}\nstdout: {self.stdout[-3000:]}\nstderr: {self.stderr[-3000:]}"
 
 
 def _kill_group(process: anyio.abc.Process) -> None:
     """Kill ``process`` and everything it started (its process group), if any is left."""
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 async def run_peer(argv: Sequence[str], env: Mapping[str, str], timeout: float = PEER_TIMEOUT) -> Ran:
@@ -216,6 +236,17 @@ def serve_params(*args: str, env: Mapping[str, str] | None = None) -> StdioServe
     return StdioServerParameters(
         command=SERVE[0], args=[*SERVE[1:], *args], env=dict(env or os.environ), cwd=ROOT
     )
+
+
+def desk_config(tmp_path: Path) -> Path:
+    """A config with the desk as a stdio upstream and a budget that tombstones update_incident."""
+    config = {
+        "mcpServers": {"desk": {"command": sys.executable, "args": ["-c", DESK_OVER_STDIO]}},
+        "residency": {"budget": {"schema_tokens": 700}, "minify": "compact"},
+    }
+    path = tmp_path / "desk.json"
+    path.write_text(json.dumps(config))
+    return path
 
 
 def sqlite_url(path: Path) -> str:
@@ -331,10 +362,12 @@ async def test_the_inspector_lists_resident_tools_and_the_meta_tools(
     async with inspector_target(transport, tmp_path) as target:
         ran = await inspector(target, peer_env, "--method", "tools/list")
     tools = {t["name"]: t for t in inspector_result(ran)["tools"]}
-    assert META_TOOLS <= set(tools)
-    assert {"get_incident", "create_incident", "list_incidents"} <= set(tools)
+    assert set(tools) >= META_TOOLS
+    assert set(tools) - META_TOOLS <= {t["name"] for t in desk_tools()}
     assert WITHHELD not in tools  # withheld by the demo's schema budget
     assert all(t["inputSchema"]["type"] == "object" for t in tools.values())
+    # A fresh session has no tombstones, so reexpand_tools' description names no tool.
+    assert WITHHELD not in tools["reexpand_tools"]["description"]
 
 
 @TRANSPORTS
@@ -382,22 +415,18 @@ async def test_the_inspector_cannot_get_a_tombstoned_tool_forwarded(
         else:
             # The Inspector only calls listed tools: it refuses on its own side (exit 5).
             assert ran.returncode == 5, ran.explain()
-            assert ran.json()["error"]["code"] == "tool_not_found"
+            assert ran.error_envelope()["error"]["code"] == "tool_not_found"
 
-        # Either way nothing reached the desk: INC-7 is still SEV-2, not escalated.
-        shown = inspector_result(
-            await inspector(
-                target,
-                peer_env,
-                "--method",
-                "tools/call",
-                "--tool-name",
-                "get_incident",
-                "--tool-args-json",
-                json.dumps({"incident_id": "INC-7"}),
-            )
-        )
-        assert json.loads(shown["content"][0]["text"])["severity"] == "SEV-2"
+        if transport == "http":
+            # One desk behind one gateway: INC-7 is still SEV-2, the escalation never reached it.
+            await _assert_not_escalated(tmp_path)
+
+
+async def _assert_not_escalated(tmp_path: Path) -> None:
+    url = (tmp_path / "desk-url").read_text()
+    async with Client(url, mode="legacy") as client:
+        shown = await use(caller(client, "checker"), "get_incident", {"incident_id": "INC-7"})
+    assert json.loads(text_of(shown))["severity"] == "SEV-2"
 
 
 @asynccontextmanager
@@ -408,14 +437,17 @@ async def _prepared_tombstone(transport: str, tmp_path: Path, key: str) -> Async
     SQLite store and a fixed session key, which the Inspector's gateways reopen. HTTP: one
     gateway process, the session named by the ``Residency-Session`` header.
     """
+    config = ("--config", str(desk_config(tmp_path)))
     if transport == "stdio":
         store = sqlite_url(tmp_path / "sessions.db")
-        args = ("--store", store, "--session", key)
+        args = (*config, "--store", store, "--session", key)
+        (tmp_path / "serve-args").write_text("\n".join(args))
         async with Client(serve_params(*args), mode="legacy") as client:
             tombstone = await tombstone_update_incident(client)
         yield Target.stdio(tmp_path, *args), tombstone
         return
-    async with http_gateway(tmp_path) as url:
+    async with http_gateway(tmp_path, *config) as url:
+        (tmp_path / "desk-url").write_text(url)
         async with Client(url, mode="legacy") as client:
             tombstone = await tombstone_update_incident(client, key)
         yield Target.http(url, key), tombstone
@@ -443,10 +475,41 @@ async def test_a_typescript_sdk_client_is_told_the_list_changed_after_reexpansio
     assert verdict["ok"] is True and ran.returncode == 0, ran.explain()
 
 
+@TRANSPORTS
+async def test_a_typescript_sdk_client_calling_a_tombstoned_tool_gets_the_tombstone_then_reexpands(
+    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+) -> None:
+    key = "ts-tombstone"
+    async with _prepared_tombstone(transport, tmp_path, key) as (target, tombstone):
+        script = [
+            "node",
+            str(TS_CLIENT),
+            "--tool",
+            WITHHELD,
+            "--timeout",
+            "20000",
+            "--refuse-args",
+            json.dumps(ESCALATE),
+        ]
+        if transport == "stdio":
+            serve_args = (tmp_path / "serve-args").read_text().splitlines()
+            ran = await run_peer([*script, "--stdio", *SERVE, *serve_args], peer_env)
+        else:
+            ran = await run_peer([*script, "--url", target.argv[0], "--session", key], peer_env)
+        verdict = ran.json()
+        assert verdict["refused"] is True, ran.explain()
+        assert verdict["refused_text"] == tombstone
+        assert verdict["list_changed"] is True and verdict["listed_after"] is True, ran.explain()
+        assert verdict["ok"] is True and ran.returncode == 0, ran.explain()
+        if transport == "http":
+            await _assert_not_escalated(tmp_path)
+
+
 # -- real third-party upstreams ----------------------------------------------------------------------
 
 
 ERAS = pytest.mark.parametrize("mode", ["legacy", "auto"])
+PINNED = ("echo", "read_text_file", "time__get_current_time", "clock__get_current_time")
 
 
 def _upstreams_config(tmp_path: Path, time_server: str) -> Path:
@@ -463,7 +526,7 @@ def _upstreams_config(tmp_path: Path, time_server: str) -> Path:
         },
         "residency": {
             "budget": {"schema_tokens": 1_000_000},
-            "pinned": ["echo", "read_text_file", "time__get_current_time", "clock__get_current_time"],
+            "pinned": list(PINNED),
             "call_timeout": 30,
         },
     }
@@ -482,12 +545,21 @@ async def test_real_upstreams_are_aggregated_and_their_calls_forwarded(
             modern = client.protocol_version == "2026-07-28"
             assert modern is (mode == "auto")
             names = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
-            assert META_TOOLS <= names
+            assert names >= META_TOOLS
             # Unique names are kept; the colliding time tools are namespaced by server.
-            assert {"echo", "read_text_file", "time__get_current_time", "clock__get_current_time"} <= names
+            assert names >= set(PINNED)
             assert "get_current_time" not in names
+
+            # The rest of every upstream's tools is there to re-expand, under the same rule.
+            others = ["get-sum", "list_directory", "time__convert_time", "clock__convert_time"]
+            expanded = await client.call_tool("reexpand_tools", {"names": others})
+            assert not expanded.is_error, text_of(expanded)
+            assert [t["name"] for t in (expanded.structured_content or {})["tools"]] == others
+            unknown = await client.call_tool("reexpand_tools", {"names": ["get_current_time"]})
+            assert unknown.is_error
             if not modern:
-                assert {"get-sum", "list_directory", "time__convert_time", "clock__convert_time"} <= names
+                listed = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
+                assert listed >= set(others)
 
             call = caller(client)
             echoed = await use(call, "echo", {"message": "through the gateway"})

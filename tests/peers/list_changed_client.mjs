@@ -14,6 +14,8 @@
 //   --timeout MS       how long to wait for list_changed (default 10000)
 //   --session KEY      a Residency-Session header (HTTP) naming the gateway session
 //   --env K=V          extra environment for the stdio command (repeatable)
+//   --refuse-args JSON first call the tool with these arguments and expect a refusal (an
+//                      isError result, e.g. its tombstone), before re-expanding it
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
@@ -26,7 +28,7 @@ function usage(message) {
 }
 
 function parseArgs(argv) {
-  const opts = { tool: null, timeout: 10000, session: null, env: {}, url: null, command: null };
+  const opts = { tool: null, timeout: 10000, session: null, env: {}, url: null, command: null, refuseArgs: null };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => {
@@ -36,6 +38,14 @@ function parseArgs(argv) {
     if (arg === "--tool") opts.tool = value();
     else if (arg === "--timeout") opts.timeout = Number(value());
     else if (arg === "--session") opts.session = value();
+    else if (arg === "--refuse-args") {
+      const text = value();
+      try {
+        opts.refuseArgs = JSON.parse(text);
+      } catch {
+        usage(`--refuse-args wants a JSON object, got ${text}`);
+      }
+    }
     else if (arg === "--env") {
       const pair = value();
       const eq = pair.indexOf("=");
@@ -91,6 +101,8 @@ async function main() {
     tool: opts.tool,
     advertised_list_changed: null,
     listed_before: null,
+    refused: null,
+    refused_text: null,
     reexpand_is_error: null,
     schema_in_result: null,
     list_changed: false,
@@ -121,6 +133,17 @@ async function main() {
     verdict.listed_before = namesBefore.includes(opts.tool);
     if (!namesBefore.includes("reexpand_tools")) throw new Error("reexpand_tools is not listed");
 
+    if (opts.refuseArgs !== null) {
+      // A withheld or tombstoned tool called by name anyway: the gateway must refuse it.
+      const refused = await withTimeout(
+        client.callTool({ name: opts.tool, arguments: opts.refuseArgs }),
+        opts.timeout,
+        "the refused call",
+      );
+      verdict.refused = refused.isError === true;
+      verdict.refused_text = textOf(refused);
+    }
+
     // Anything that arrived before the re-expansion does not count.
     const countBefore = verdict.list_changed_count;
     const result = await withTimeout(
@@ -141,6 +164,7 @@ async function main() {
     verdict.listed_after = after.tools.some((t) => t.name === opts.tool);
 
     verdict.ok =
+      (opts.refuseArgs === null || verdict.refused) &&
       verdict.advertised_list_changed &&
       !verdict.listed_before &&
       !verdict.reexpand_is_error &&
