@@ -165,6 +165,11 @@ def _new_words(sentence: str, known: set[str]) -> int:
     return len({w for w in words if w not in known and w not in _FILLER and len(w) > 2})
 
 
+def _has_cue(sentence: str, known: set[str]) -> bool:
+    """A cue that is not just the parameter's own name ("line" says nothing about ``line``)."""
+    return any(_stem(m.group().lower()) not in known for m in _CUES.finditer(sentence))
+
+
 def parameter_note(text: str, name: str, *, max_sentences: int = 1, min_new_words: int = 4) -> str | None:
     """What of a parameter description is worth keeping, or None if nothing is.
 
@@ -177,7 +182,7 @@ def parameter_note(text: str, name: str, *, max_sentences: int = 1, min_new_word
     known = _name_words(name)
     kept: list[str] = []
     for i, sentence in enumerate(parts):
-        if _CUES.search(sentence) or (i == 0 and _new_words(sentence, known) >= min_new_words):
+        if _has_cue(sentence, known) or (i == 0 and _new_words(sentence, known) >= min_new_words):
             kept.append(sentence)
             if len(kept) >= max_sentences:
                 break

@@ -1,0 +1,42 @@
+"""Every tool of every corpus file, at every level: no constraint lost, no verdict changed."""
+
+from __future__ import annotations
+
+from residency import minify_tool
+from residency._bench._seed003 import seed003_prune
+from residency._core._minify import LEVELS
+from residency._core._minify_constraints import constraint_atoms
+from residency._verify import verify_levels
+from tests.conftest import load_corpus
+
+
+def test_no_level_loses_a_constraint_or_changes_a_verdict_on_the_corpus() -> None:
+    problems: list[str] = []
+    judged = 0
+    for server, tools in load_corpus().items():
+        for tool in tools:
+            original = constraint_atoms(tool["inputSchema"])
+            results = {level: minify_tool(tool, level) for level in LEVELS}
+            for level, result in results.items():
+                lost = original - constraint_atoms(result["inputSchema"])
+                if lost:
+                    problems.append(f"{server}/{tool['name']} {level}: lost {sorted(lost)[:3]}")
+            # Two drawn instances per tool keep this under a minute; mutations aim at every constraint.
+            for level, verdict in verify_levels(tool, results, max_examples=2, max_mutations=250).items():
+                judged += verdict.instances
+                problems.extend(
+                    f"{server}/{tool['name']} {level}: {d.kind} at {d.path or '/'}"
+                    for d in verdict.disagreements
+                )
+    assert problems == []
+    assert judged > 50_000
+
+
+def test_the_seed_pruner_loses_constraints_on_the_corpus() -> None:
+    lost = total = 0
+    for tools in load_corpus().values():
+        for tool in tools:
+            original = constraint_atoms(tool["inputSchema"])
+            total += sum(original.values())
+            lost += sum((original - constraint_atoms(seed003_prune(tool)["inputSchema"])).values())
+    assert lost > 0.2 * total
