@@ -51,9 +51,14 @@ class BudgetSettings(_Strict):
 
     schema_tokens: int = Field(default=6000, ge=0)
     argument_tokens: int = Field(default=20000, ge=0)
+    idle_turns: int | None = Field(default=None, ge=0)
+    """A tool not used for more than this many turns leaves even when the budget has room;
+    None (the default) demotes tools only under budget pressure."""
 
     def budget(self) -> Budget:
-        return Budget(schema_tokens=self.schema_tokens, argument_tokens=self.argument_tokens)
+        return Budget(
+            schema_tokens=self.schema_tokens, argument_tokens=self.argument_tokens, idle_turns=self.idle_turns
+        )
 
 
 class ResidencySettings(_Strict):

@@ -321,9 +321,7 @@ class Gateway:
             if s.turn == 0:
                 # A new session. 2026-07-28: the list is the same for everyone, so only pinned
                 # tools start resident; the rest are withheld until re-expanded.
-                budget = (
-                    Budget(schema_tokens=0, argument_tokens=_UNBOUNDED) if modern else self._turn_budget(gs)
-                )
+                budget = Budget(0, _UNBOUNDED, self._budget.idle_turns) if modern else self._turn_budget(gs)
                 s.plan_turn(budget)
         return gs
 
@@ -344,7 +342,7 @@ class Gateway:
     def _turn_budget(self, gs: GatewaySession) -> Budget:
         if gs.host_applies_evictions:
             return self._budget
-        return Budget(schema_tokens=self._budget.schema_tokens, argument_tokens=_UNBOUNDED)
+        return Budget(self._budget.schema_tokens, _UNBOUNDED, self._budget.idle_turns)
 
     # -- handlers ----------------------------------------------------------------------------
 
