@@ -25,6 +25,7 @@ BENCHES: dict[str, str] = {
     "spans": "residency._bench.spans",
     "session": "residency._bench.session",
     "minify": "residency._bench.minify",
+    "gateway": "residency._bench.gateway",
 }
 
 

@@ -1,0 +1,442 @@
+"""``residency bench gateway``: what the gateway's second hop costs.
+
+Figures, each against a baseline measured in the same run:
+
+* ``tools/call`` latency through the gateway against calling the same upstream directly, p50
+  and p99, at 1 and 10 concurrent sessions (in-process ``mcp.Client``, handshake era;
+  targets: p50 <= 2.5x and p99 <= 3x the direct call);
+* the same over stdio and streamable HTTP, where the gateway is a ``residency serve``
+  subprocess in front of an upstream subprocess, against a client talking to that upstream
+  subprocess over the same transport (reported, no target: two process hops against one);
+* ``tools/list`` of an upstream offering 1,000 tools, gated (the session's resident tools plus
+  the meta-tools) and with a budget that keeps every tool resident, against the un-gated list
+  straight from the upstream.
+
+The upstream is the bench's own: an ``echo`` tool plus padding tools taken from the dev corpus
+(synthetic ones without it), so the call path measures the hop, not the tool. Run
+``python -m residency._bench.gateway --serve-upstream stdio|http [--port N] [--tools N]`` to
+serve it on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp import Client, StdioServerParameters
+from mcp.server.lowlevel import Server
+
+from residency._bench._corpus import default_corpus, load_servers
+from residency._bench._report import BenchReport
+from residency._gateway._config import parse_config
+from residency._gateway._server import Gateway
+
+SUMMARY = "gateway overhead: tools/call p50/p99 against the upstream direct, 1 and 10 sessions; tools/list"
+SMALL_ARGS = ["--calls", "300", "--wire-calls", "40", "--list-repeat", "3"]
+
+ECHO = "echo"
+_ECHO_TOOL: dict[str, Any] = {
+    "name": ECHO,
+    "description": "Return the arguments it was given.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "Text to send back."},
+            "times": {"type": "integer", "minimum": 1, "maximum": 10},
+        },
+        "required": ["text"],
+    },
+}
+_CALL_ARGUMENTS = {"text": "the quick brown fox", "times": 2}
+_WARMUP = 20
+_STARTUP_TIMEOUT = 60.0
+_RUN_TIMEOUT = 600.0
+
+
+# -- the upstream ----------------------------------------------------------------------------
+
+
+def _padding(n: int) -> list[dict[str, Any]]:
+    """``n`` realistic tool definitions with unique names (the dev corpus, else synthetic)."""
+    if n <= 0:
+        return []
+    try:
+        real = [t for tools in load_servers(default_corpus()).values() for t in tools]
+    except FileNotFoundError:
+        real = []
+    if not real:
+        real = [
+            {
+                "name": "tool",
+                "description": "A tool that does one thing to a resource. " * 4,
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {f"p{i}": {"type": "string"} for i in range(6)},
+                },
+            }
+        ]
+    out = []
+    for i in range(n):
+        tool = dict(real[i % len(real)])
+        tool["name"] = f"pad_{i:04d}_{tool['name']}"[:64]
+        out.append(tool)
+    return out
+
+
+def upstream_server(tools: int = 0) -> Server[Any]:
+    """The bench upstream: ``echo`` plus ``tools`` padding tools."""
+    models = [types.Tool.model_validate(t) for t in [_ECHO_TOOL, *_padding(tools)]]
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=models)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        text = json.dumps(params.arguments or {}, sort_keys=True)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+    return Server("residency-bench-upstream", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def _serve_upstream(transport: str, port: int, tools: int) -> None:
+    server = upstream_server(tools)
+    if transport == "stdio":
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+        return
+    import uvicorn
+
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve()
+
+
+# -- measuring -------------------------------------------------------------------------------
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0 < q <= 1) of ``samples``."""
+    if not samples:
+        raise ValueError("no samples")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+ClientFactory = Callable[[], Client]
+
+
+async def _timed_calls(clients: Sequence[Client], calls: int) -> list[float]:
+    """Per-call seconds of ``calls`` echo calls on each client, all clients at once."""
+    latencies: list[float] = []
+
+    async def one(client: Client) -> None:
+        for _ in range(calls):
+            start = time.perf_counter()
+            result = await client.call_tool(ECHO, _CALL_ARGUMENTS)
+            latencies.append(time.perf_counter() - start)
+            if result.is_error:
+                raise RuntimeError(f"the echo call failed: {result.content}")
+
+    async with anyio.create_task_group() as tg:
+        for client in clients:
+            tg.start_soon(one, client)
+    return latencies
+
+
+async def _paired(
+    direct: ClientFactory, gated: ClientFactory, sessions: int, calls: int, rounds: int = 4
+) -> tuple[list[float], list[float]]:
+    """Direct and gated latencies: ``sessions`` clients each, ``calls`` timed calls per client.
+
+    Both sets of clients are opened and warmed up first (a session opens on its first call),
+    then measured in alternating rounds so that drift hits both alike. Objects alive by then
+    (modules, tool models, the gateway) are moved out of the collector's sight: otherwise the
+    first full collection scans the whole import-time heap and lands a one-off pause of tens of
+    milliseconds on whichever round it hits.
+    """
+    d: list[float] = []
+    g: list[float] = []
+    per_round = max(1, calls // rounds)
+    async with contextlib.AsyncExitStack() as stack:
+        direct_clients = [await stack.enter_async_context(direct()) for _ in range(sessions)]
+        gated_clients = [await stack.enter_async_context(gated()) for _ in range(sessions)]
+        for client in [*direct_clients, *gated_clients]:
+            for _ in range(_WARMUP):
+                await client.call_tool(ECHO, _CALL_ARGUMENTS)
+        gc.collect()
+        gc.freeze()
+        for _ in range(rounds):
+            d += await _timed_calls(direct_clients, per_round)
+            g += await _timed_calls(gated_clients, per_round)
+    return d, g
+
+
+def _report_pair(
+    report: BenchReport, label: str, direct: list[float], gated: list[float], *, targets: bool
+) -> None:
+    d50, d99 = percentile(direct, 0.5), percentile(direct, 0.99)
+    g50, g99 = percentile(gated, 0.5), percentile(gated, 0.99)
+    r50, r99 = g50 / d50, g99 / d99
+    report.data[label] = {
+        "direct_p50_ms": d50 * 1e3,
+        "direct_p99_ms": d99 * 1e3,
+        "gateway_p50_ms": g50 * 1e3,
+        "gateway_p99_ms": g99 * 1e3,
+        "samples": len(gated),
+    }
+    report.add(
+        f"{label} call p50 gateway/direct",
+        r50,
+        "x",
+        "<= 2.5x" if targets else "",
+        r50 <= 2.5 if targets else None,
+    )
+    report.add(
+        f"{label} call p99 gateway/direct",
+        r99,
+        "x",
+        "<= 3x" if targets else "",
+        r99 <= 3.0 if targets else None,
+    )
+    report.add(f"{label} call p50 through the gateway", g50 * 1e3, "ms")
+
+
+async def _list_latency(make_client: ClientFactory, repeat: int) -> tuple[float, int]:
+    """Median seconds of one ``tools/list`` and the number of tools it returned."""
+    async with make_client() as client:
+        count = len((await client.list_tools()).tools)
+        samples = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            await client.list_tools()
+            samples.append(time.perf_counter() - start)
+    return percentile(samples, 0.5), count
+
+
+def _config(residency: dict[str, Any], servers: dict[str, Any] | None = None) -> str:
+    return json.dumps({"mcpServers": servers or {}, "residency": residency})
+
+
+# -- in-process ------------------------------------------------------------------------------
+
+
+async def _in_process(report: BenchReport, args: argparse.Namespace) -> None:
+    upstream = upstream_server()
+    config = parse_config(_config({"pinned": [ECHO]}), source="<bench>")
+    async with Gateway(config, upstreams={"up": upstream}) as gateway:
+        for sessions in (1, 10):
+            calls = args.calls if sessions == 1 else max(1, args.calls // sessions) * 2
+            direct, gated = await _paired(
+                lambda: Client(upstream, mode="legacy", cache=None),
+                lambda: Client(gateway.server, mode="legacy", cache=None),
+                sessions,
+                calls,
+            )
+            _report_pair(
+                report,
+                f"in-process {sessions} session{'s' if sessions > 1 else ''}",
+                direct,
+                gated,
+                targets=True,
+            )
+
+
+async def _tools_list(report: BenchReport, args: argparse.Namespace) -> None:
+    upstream = upstream_server(args.list_tools - 1)
+    plain, n_plain = await _list_latency(
+        lambda: Client(upstream, mode="legacy", cache=None), args.list_repeat
+    )
+    report.data["tools/list"] = {"upstream_tools": n_plain, "direct_ms": plain * 1e3}
+    budgets = {"default budget": {}, "everything resident": {"budget": {"schema_tokens": 1 << 40}}}
+    for label, residency in budgets.items():
+        config = parse_config(_config(residency), source="<bench>")
+        async with Gateway(config, upstreams={"up": upstream}) as gateway:
+            gated, n_gated = await _list_latency(
+                lambda: Client(gateway.server, mode="legacy", cache=None), args.list_repeat
+            )
+        report.data["tools/list"][label] = {"listed": n_gated, "ms": gated * 1e3}
+        report.add(f"tools/list {n_plain} tools, {label} ({n_gated} listed) / un-gated", gated / plain, "x")
+
+
+# -- over the wire ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def wait_for_port(
+    port: int, process: subprocess.Popen[bytes], timeout: float = _STARTUP_TIMEOUT
+) -> None:
+    """Poll until something listens on ``127.0.0.1:port``; fail early if ``process`` exited."""
+    with anyio.fail_after(timeout):
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"{process.args!r} exited with {process.returncode} before listening")
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                await anyio.sleep(0.05)
+                continue
+            await stream.aclose()
+            return
+
+
+@contextlib.asynccontextmanager
+async def _process(argv: list[str], log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as err:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            with anyio.fail_after(10):
+                while process.poll() is None:
+                    await anyio.sleep(0.02)
+        except TimeoutError:
+            process.kill()
+            process.wait()
+
+
+def _upstream_argv(transport: str, port: int = 0) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "residency._bench.gateway",
+        "--serve-upstream",
+        transport,
+        "--port",
+        str(port),
+    ]
+
+
+def _serve_argv(config: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "residency", "serve", "--config", str(config), *extra]
+
+
+async def _over_stdio(report: BenchReport, args: argparse.Namespace, tmp: Path) -> None:
+    up = _upstream_argv("stdio")
+    config = tmp / "stdio.json"
+    config.write_text(_config({"pinned": [ECHO]}, {"up": {"command": up[0], "args": up[1:]}}))
+    serve = _serve_argv(config, "--transport", "stdio")
+    env = dict(os.environ)
+
+    def direct() -> Client:
+        return Client(StdioServerParameters(command=up[0], args=up[1:], env=env), mode="legacy", cache=None)
+
+    def gated() -> Client:
+        return Client(
+            StdioServerParameters(command=serve[0], args=serve[1:], env=env), mode="legacy", cache=None
+        )
+
+    d, g = await _paired(direct, gated, 1, args.wire_calls)
+    _report_pair(report, "stdio 1 session", d, g, targets=False)
+
+
+async def _over_http(report: BenchReport, args: argparse.Namespace, tmp: Path) -> None:
+    up_port, gw_port = free_port(), free_port()
+    up_url = f"http://127.0.0.1:{up_port}/mcp"
+    config = tmp / "http.json"
+    config.write_text(_config({"pinned": [ECHO]}, {"up": {"url": up_url}}))
+    serve = _serve_argv(config, "--transport", "http", "--host", "127.0.0.1", "--port", str(gw_port))
+    async with _process(_upstream_argv("http", up_port), tmp / "upstream.log") as up:
+        await wait_for_port(up_port, up)
+        async with _process(serve, tmp / "gateway.log") as gw:
+            await wait_for_port(gw_port, gw)
+            gw_url = f"http://127.0.0.1:{gw_port}/mcp"
+            for sessions in (1, 10):
+                calls = args.wire_calls if sessions == 1 else max(1, args.wire_calls // sessions) * 2
+                d, g = await _paired(
+                    lambda: Client(up_url, mode="legacy", cache=None),
+                    lambda: Client(gw_url, mode="legacy", cache=None),
+                    sessions,
+                    calls,
+                )
+                _report_pair(
+                    report, f"http {sessions} session{'s' if sessions > 1 else ''}", d, g, targets=False
+                )
+
+
+# -- the command -----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--calls", type=int, default=2000, help="timed calls per measurement, in-process (default 2000)"
+    )
+    parser.add_argument(
+        "--wire-calls", type=int, default=500, help="timed calls per measurement over stdio/HTTP"
+    )
+    parser.add_argument(
+        "--list-tools", type=int, default=1000, help="upstream tools for the tools/list figure"
+    )
+    parser.add_argument(
+        "--list-repeat", type=int, default=30, help="timed tools/list calls (median reported)"
+    )
+    parser.add_argument(
+        "--wire",
+        choices=("none", "stdio", "http", "both"),
+        default="both",
+        help="also measure over stdio and/or streamable HTTP with subprocesses (default both)",
+    )
+
+
+async def _run(args: argparse.Namespace) -> BenchReport:
+    report = BenchReport("gateway")
+    report.data["era"] = "handshake (mode='legacy'); client-side caching off"
+    seconds: dict[str, float] = {}
+    report.data["seconds"] = seconds
+    parts: list[tuple[str, Callable[[BenchReport, argparse.Namespace, Path], Awaitable[None]]]] = [
+        ("in-process", lambda r, a, _: _in_process(r, a)),
+        ("tools/list", lambda r, a, _: _tools_list(r, a)),
+    ]
+    if args.wire in ("stdio", "both"):
+        parts.append(("stdio", _over_stdio))
+    if args.wire in ("http", "both"):
+        parts.append(("http", _over_http))
+    with anyio.fail_after(_RUN_TIMEOUT), tempfile.TemporaryDirectory(prefix="residency-bench-") as tmp:
+        for name, part in parts:
+            start = time.perf_counter()
+            await part(report, args, Path(tmp))
+            seconds[name] = round(time.perf_counter() - start, 2)
+    return report
+
+
+def run(args: argparse.Namespace) -> BenchReport:
+    """Run the benchmark (see the module docstring)."""
+    return anyio.run(_run, args)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m residency._bench.gateway")
+    parser.add_argument("--serve-upstream", choices=("stdio", "http"), required=True)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tools", type=int, default=0, help="padding tools besides echo")
+    args = parser.parse_args(argv)
+    main: Callable[[], Awaitable[None]] = lambda: _serve_upstream(args.serve_upstream, args.port, args.tools)  # noqa: E731
+    anyio.run(main)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
