@@ -26,7 +26,8 @@ class Session(ChainOps, ToolOps, SpanOps):
             on the same store replays its journal.
         session_id: the session's id in the store.
         clock: where time is read (the wall clock when omitted).
-        minify: how a resident tool is shown to the model (the full definition when omitted).
+        minify: how a resident tool is shown to the model (``minify_tool`` at the compact
+            level when omitted: validation-equivalent, shorter prose).
         pinned: tools that always stay resident.
         phases: tool names per phase; ``plan_turn(phase=...)`` favours that phase's tools.
         reexpand_tool: the name tombstones tell the model to call.

@@ -20,6 +20,7 @@ from jsonschema.exceptions import ValidationError, best_match
 
 from residency._core._events import Event, EventKind
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
+from residency._core._minify import minify_tool
 from residency._core._planner import Budget, ResidentCall, ToolStanding, decide
 from residency._core._tools import (
     CallRecord,
@@ -98,7 +99,8 @@ class ToolOps(SessionBase):
         phases: Mapping[str, Iterable[str]] | None = None,
         reexpand_tool: str = "reexpand_tools",
     ) -> None:
-        self._minify = minify
+        self._minify: Callable[[JSONObject], JSONObject] = minify if minify is not None else minify_tool
+        self._shown_ahead: dict[str, JSONObject] = {}
         self._pinned = frozenset(pinned)
         self._phases = {k: frozenset(v) for k, v in (phases or {}).items()}
         self._reexpand_tool = reexpand_tool
@@ -148,7 +150,10 @@ class ToolOps(SessionBase):
                     where=f"tools[{i}].inputSchema",
                 )
             known = self._tools.get(name)
-            if known is None or known.hash != definition_hash(tool):
+            digest = definition_hash(tool)
+            if known is None or known.hash != digest:
+                # Minify before journaling: a schema it cannot process is refused here.
+                self._shown_ahead[digest] = self._minify(tool)
                 parsed.append(tool)
         if parsed:
             self._commit(("register", {"tools": parsed}))
@@ -157,8 +162,9 @@ class ToolOps(SessionBase):
     def _apply_register(self, data: Mapping[str, Any]) -> None:
         for tool in data["tools"]:
             name = tool["name"]
-            shown = self._minify(tool) if self._minify is not None else tool
-            spec = ToolSpec(name, tool, definition_hash(tool), is_mutation(tool), shown, count_tokens(shown))
+            digest = definition_hash(tool)
+            shown = self._shown_ahead.pop(digest, None) or self._minify(tool)
+            spec = ToolSpec(name, tool, digest, is_mutation(tool), shown, count_tokens(shown))
             old = self._tools.get(name)
             self._tools[name] = spec
             self._validators.pop(name, None)
