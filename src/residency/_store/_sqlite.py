@@ -35,6 +35,7 @@ sqlite3 traceback.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sqlite3
@@ -247,13 +248,21 @@ class SQLiteStore:
             ).fetchall()
         loads = json.loads
         out = []
-        for seq, op, data, at in rows:
-            try:
-                out.append(JournalEntry(op, loads(data), at))
-            except ValueError:
-                raise StoreError(
-                    f"{self._path}: session {session_id!r}, journal entry {seq} is not valid JSON"
-                ) from None
+        # Decoding builds many small containers that all survive; the cyclic collector would
+        # rescan them again and again (about a third of the time on 200k entries).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for seq, op, data, at in rows:
+                try:
+                    out.append(JournalEntry(op, loads(data), at))
+                except ValueError:
+                    raise StoreError(
+                        f"{self._path}: session {session_id!r}, journal entry {seq} is not valid JSON"
+                    ) from None
+        finally:
+            if collecting:
+                gc.enable()
         return out
 
     def sessions(self) -> list[str]:
