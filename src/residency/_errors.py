@@ -5,9 +5,9 @@ raised after a partial change: an operation that raises has changed nothing.
 
     ResidencyError
     ├── IllegalTransition                 a lifecycle trigger not allowed from the current state
-    │   └── GhostToolError                the change would leave arguments visible with no schema and no tombstone
-    ├── UnrecoverablePruneError           a span would leave the window with no externalized copy
-    ├── UnverifiedSummary                 a summary whose provenance does not resolve was asked to justify an action
+    │   └── GhostToolError                arguments would stay visible with no schema, no tombstone
+    ├── UnrecoverablePruneError           a span would leave with no externalized copy
+    ├── UnverifiedSummary                 a summary with unresolvable provenance asked to justify an action
     ├── CallRefused                       a tool call must not be forwarded
     │   ├── ToolNotResident               the tool's schema is withheld: re-expand it first
     │   ├── ToolArchived                  the tool left the active index with an abandoned chain
