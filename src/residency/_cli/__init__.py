@@ -21,7 +21,6 @@ _COMMANDS = (
     "residency._cli._serve",
     "residency._cli._demo",
     "residency._cli._minify",
-    # (serve, demo, minify, inspect are added as they land)
 )
 
 
