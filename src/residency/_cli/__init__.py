@@ -16,11 +16,11 @@ __all__ = ["main"]
 
 # Sub-command modules, in the order ``--help`` lists them.
 _COMMANDS = (
-    "residency._cli._lifecycle",
-    "residency._cli._bench",
     "residency._cli._serve",
     "residency._cli._demo",
     "residency._cli._minify",
+    "residency._cli._bench",
+    "residency._cli._lifecycle",
 )
 
 
