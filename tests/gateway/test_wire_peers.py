@@ -395,11 +395,11 @@ async def test_the_inspector_reexpands_a_withheld_tool_and_gets_its_full_schema(
 
 
 @TRANSPORTS
-async def test_the_inspector_cannot_get_a_tombstoned_tool_forwarded(
+async def test_the_inspector_cannot_get_a_tombstoned_tool_forwarded_until_it_is_reexpanded(
     transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
 ) -> None:
-    key = "inspector-tombstone"
-    async with _prepared_tombstone(transport, tmp_path, key) as (target, tombstone):
+    async with tombstoned(transport, tmp_path, "inspector-tombstone") as prepared:
+        target, tombstone = prepared.inspector_target(tmp_path), prepared.tombstone
         listed = inspector_result(await inspector(target, peer_env, "--method", "tools/list"))
         tools = {t["name"]: t for t in listed["tools"]}
         # The tombstone is where the model reads the tool list.
@@ -416,41 +416,78 @@ async def test_the_inspector_cannot_get_a_tombstoned_tool_forwarded(
             # The Inspector only calls listed tools: it refuses on its own side (exit 5).
             assert ran.returncode == 5, ran.explain()
             assert ran.error_envelope()["error"]["code"] == "tool_not_found"
+        await prepared.assert_not_escalated()
 
-        if transport == "http":
-            # One desk behind one gateway: INC-7 is still SEV-2, the escalation never reached it.
-            await _assert_not_escalated(tmp_path)
+        # Re-expanded from the Inspector, the tool is listed again in that session and callable.
+        reexpand = ["--method", "tools/call", "--tool-name", "reexpand_tools"]
+        expanded = inspector_result(
+            await inspector(
+                target, peer_env, *reexpand, "--tool-args-json", json.dumps({"names": [WITHHELD]})
+            )
+        )
+        assert expanded.get("isError") is not True
+        assert [t["name"] for t in expanded["structuredContent"]["tools"]] == [WITHHELD]
+        relisted = inspector_result(await inspector(target, peer_env, "--method", "tools/list"))
+        assert WITHHELD in {t["name"] for t in relisted["tools"]}
+        done = inspector_result(await inspector(target, peer_env, *call))
+        assert done.get("isError") is not True, done
+        assert json.loads(done["content"][0]["text"])["severity"] == "SEV-1"
 
 
-async def _assert_not_escalated(tmp_path: Path) -> None:
-    url = (tmp_path / "desk-url").read_text()
-    async with Client(url, mode="legacy") as client:
-        shown = await use(caller(client, "checker"), "get_incident", {"incident_id": "INC-7"})
-    assert json.loads(text_of(shown))["severity"] == "SEV-2"
+@dataclass(frozen=True)
+class Tombstoned:
+    """A gateway session in which update_incident is tombstoned, and how to reach it.
+
+    Attributes:
+        key: the session key.
+        tombstone: the tombstone text the gateway showed.
+        serve_args: stdio: the ``residency serve`` arguments that reopen the session.
+        url: HTTP: the running gateway.
+    """
+
+    key: str
+    tombstone: str
+    serve_args: tuple[str, ...] = ()
+    url: str | None = None
+
+    def inspector_target(self, tmp_path: Path) -> Target:
+        if self.url is not None:
+            return Target.http(self.url, self.key)
+        return Target.stdio(tmp_path, *self.serve_args)
+
+    def ts_client_target(self) -> list[str]:
+        if self.url is not None:
+            return ["--url", self.url, "--session", self.key]
+        return ["--stdio", *SERVE, *self.serve_args]
+
+    async def assert_not_escalated(self) -> None:
+        """HTTP (one desk behind one gateway): INC-7 is still SEV-2, no escalation reached it."""
+        if self.url is None:
+            return  # stdio: every gateway process has a fresh desk; the call's result tells
+        async with Client(self.url, mode="legacy") as client:
+            shown = await use(caller(client, "checker"), "get_incident", {"incident_id": "INC-7"})
+        assert json.loads(text_of(shown))["severity"] == "SEV-2"
 
 
 @asynccontextmanager
-async def _prepared_tombstone(transport: str, tmp_path: Path, key: str) -> AsyncIterator[tuple[Target, str]]:
-    """A gateway session named ``key`` in which update_incident is tombstoned, and how to reach it.
+async def tombstoned(transport: str, tmp_path: Path, key: str) -> AsyncIterator[Tombstoned]:
+    """Prepare a ``Tombstoned`` session with ``mcp.Client``.
 
-    stdio: every Inspector run starts its own gateway, so the session is prepared through a
-    SQLite store and a fixed session key, which the Inspector's gateways reopen. HTTP: one
-    gateway process, the session named by the ``Residency-Session`` header.
+    stdio: every peer run starts its own gateway, so the session lives in a SQLite store under a
+    fixed session key, which those gateways reopen. HTTP: one gateway process, the session
+    named by the ``Residency-Session`` header (``_meta`` from Python).
     """
     config = ("--config", str(desk_config(tmp_path)))
     if transport == "stdio":
-        store = sqlite_url(tmp_path / "sessions.db")
-        args = (*config, "--store", store, "--session", key)
-        (tmp_path / "serve-args").write_text("\n".join(args))
+        args = (*config, "--store", sqlite_url(tmp_path / "sessions.db"), "--session", key)
         async with Client(serve_params(*args), mode="legacy") as client:
             tombstone = await tombstone_update_incident(client)
-        yield Target.stdio(tmp_path, *args), tombstone
+        yield Tombstoned(key, tombstone, serve_args=args)
         return
     async with http_gateway(tmp_path, *config) as url:
-        (tmp_path / "desk-url").write_text(url)
         async with Client(url, mode="legacy") as client:
             tombstone = await tombstone_update_incident(client, key)
-        yield Target.http(url, key), tombstone
+        yield Tombstoned(key, tombstone, url=url)
 
 
 # -- the TypeScript SDK client ---------------------------------------------------------------------
@@ -479,8 +516,7 @@ async def test_a_typescript_sdk_client_is_told_the_list_changed_after_reexpansio
 async def test_a_typescript_sdk_client_calling_a_tombstoned_tool_gets_the_tombstone_then_reexpands(
     transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
 ) -> None:
-    key = "ts-tombstone"
-    async with _prepared_tombstone(transport, tmp_path, key) as (target, tombstone):
+    async with tombstoned(transport, tmp_path, "ts-tombstone") as prepared:
         script = [
             "node",
             str(TS_CLIENT),
@@ -491,18 +527,13 @@ async def test_a_typescript_sdk_client_calling_a_tombstoned_tool_gets_the_tombst
             "--refuse-args",
             json.dumps(ESCALATE),
         ]
-        if transport == "stdio":
-            serve_args = (tmp_path / "serve-args").read_text().splitlines()
-            ran = await run_peer([*script, "--stdio", *SERVE, *serve_args], peer_env)
-        else:
-            ran = await run_peer([*script, "--url", target.argv[0], "--session", key], peer_env)
+        ran = await run_peer([*script, *prepared.ts_client_target()], peer_env)
         verdict = ran.json()
         assert verdict["refused"] is True, ran.explain()
-        assert verdict["refused_text"] == tombstone
+        assert verdict["refused_text"] == prepared.tombstone
         assert verdict["list_changed"] is True and verdict["listed_after"] is True, ran.explain()
         assert verdict["ok"] is True and ran.returncode == 0, ran.explain()
-        if transport == "http":
-            await _assert_not_escalated(tmp_path)
+        await prepared.assert_not_escalated()
 
 
 # -- real third-party upstreams ----------------------------------------------------------------------
