@@ -287,7 +287,7 @@ async def use(call: Call, name: str, arguments: dict[str, Any]) -> types.CallToo
 
 
 async def tombstone_update_incident(client: Client, key: str | None = None) -> str:
-    """Call update_incident, then read-only tools until the demo budget tombstones it.
+    """Call update_incident, then read-only tools until the schema budget tombstones it.
 
     Returns:
         The tombstone text the gateway shows (``residency://tombstones``).
@@ -305,7 +305,7 @@ async def tombstone_update_incident(client: Client, key: str | None = None) -> s
             assert isinstance(content, types.TextResourceContents)
             assert content.text.startswith(f"{WITHHELD}:")
             return content.text
-    pytest.fail("the demo budget never tombstoned update_incident")
+    pytest.fail("the schema budget never tombstoned update_incident")
 
 
 # -- the Inspector CLI ---------------------------------------------------------------------------
@@ -464,8 +464,9 @@ class Tombstoned:
         """HTTP (one desk behind one gateway): INC-7 is still SEV-2, no escalation reached it."""
         if self.url is None:
             return  # stdio: every gateway process has a fresh desk; the call's result tells
-        async with Client(self.url, mode="legacy") as client:
-            shown = await use(caller(client, "checker"), "get_incident", {"incident_id": "INC-7"})
+        with anyio.fail_after(PEER_TIMEOUT):
+            async with Client(self.url, mode="legacy") as client:
+                shown = await use(caller(client, "checker"), "get_incident", {"incident_id": "INC-7"})
         assert json.loads(text_of(shown))["severity"] == "SEV-2"
 
 
@@ -480,13 +481,15 @@ async def tombstoned(transport: str, tmp_path: Path, key: str) -> AsyncIterator[
     config = ("--config", str(desk_config(tmp_path)))
     if transport == "stdio":
         args = (*config, "--store", sqlite_url(tmp_path / "sessions.db"), "--session", key)
-        async with Client(serve_params(*args), mode="legacy") as client:
-            tombstone = await tombstone_update_incident(client)
+        with anyio.fail_after(PEER_TIMEOUT):
+            async with Client(serve_params(*args), mode="legacy") as client:
+                tombstone = await tombstone_update_incident(client)
         yield Tombstoned(key, tombstone, serve_args=args)
         return
     async with http_gateway(tmp_path, *config) as url:
-        async with Client(url, mode="legacy") as client:
-            tombstone = await tombstone_update_incident(client, key)
+        with anyio.fail_after(PEER_TIMEOUT):
+            async with Client(url, mode="legacy") as client:
+                tombstone = await tombstone_update_incident(client, key)
         yield Tombstoned(key, tombstone, url=url)
 
 
