@@ -332,8 +332,10 @@ class Target:
         return cls((url, *headers))
 
 
-async def inspector(target: Target, env: Mapping[str, str], *method: str) -> Ran:
-    return await run_peer([str(INSPECTOR), "--cli", *target.argv, *method, "--format", "json", "-q"], env)
+async def inspector(target: Target, env: Mapping[str, str], *method: str, era: str = "legacy") -> Ran:
+    """One Inspector CLI run (one MCP session); ``era`` is its ``--protocol-era``."""
+    argv = [str(INSPECTOR), "--cli", *target.argv, "--protocol-era", era, *method, "--format", "json", "-q"]
+    return await run_peer(argv, env)
 
 
 def inspector_result(ran: Ran) -> dict[str, Any]:
@@ -353,37 +355,37 @@ async def inspector_target(transport: str, tmp_path: Path, *serve_args: str) -> 
 
 
 TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
+INSPECTOR_ERAS = pytest.mark.parametrize("era", ["legacy", "modern"])
 
 
+@INSPECTOR_ERAS
 @TRANSPORTS
 async def test_the_inspector_lists_resident_tools_and_the_meta_tools(
-    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+    transport: str, era: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
 ) -> None:
     async with inspector_target(transport, tmp_path) as target:
-        ran = await inspector(target, peer_env, "--method", "tools/list")
+        ran = await inspector(target, peer_env, "--method", "tools/list", era=era)
     tools = {t["name"]: t for t in inspector_result(ran)["tools"]}
     assert set(tools) >= META_TOOLS
     assert set(tools) - META_TOOLS <= {t["name"] for t in desk_tools()}
     assert WITHHELD not in tools  # withheld by the demo's schema budget
     assert all(t["inputSchema"]["type"] == "object" for t in tools.values())
+    if era == "modern":
+        # 2026-07-28: one list for everyone, the pinned tools (none in the demo) and the meta-tools.
+        assert set(tools) == META_TOOLS
     # A fresh session has no tombstones, so reexpand_tools' description names no tool.
     assert WITHHELD not in tools["reexpand_tools"]["description"]
 
 
+@INSPECTOR_ERAS
 @TRANSPORTS
 async def test_the_inspector_reexpands_a_withheld_tool_and_gets_its_full_schema(
-    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+    transport: str, era: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
 ) -> None:
+    reexpand = ["--method", "tools/call", "--tool-name", "reexpand_tools"]
     async with inspector_target(transport, tmp_path) as target:
         ran = await inspector(
-            target,
-            peer_env,
-            "--method",
-            "tools/call",
-            "--tool-name",
-            "reexpand_tools",
-            "--tool-args-json",
-            json.dumps({"names": [WITHHELD]}),
+            target, peer_env, *reexpand, "--tool-args-json", json.dumps({"names": [WITHHELD]}), era=era
         )
     result = inspector_result(ran)
     assert result.get("isError") is not True, ran.explain()
