@@ -244,3 +244,9 @@ def test_tombstones_and_tool_states_survive_a_reopen(db: Path) -> None:
     again = Session(SQLiteStore(db), session_id="t")
     assert again.state("create_incident") is ToolState.TOMBSTONED
     assert again.tombstones() == s.tombstones() != []
+
+
+def test_a_store_in_a_missing_folder_says_so(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        SQLiteStore(tmp_path / "no-such-folder" / "r.db")
+    assert not (tmp_path / "no-such-folder").exists()

@@ -103,6 +103,9 @@ class SQLiteStore:
         self._path = str(path)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        parent = Path(self._path).parent
+        if self._path != ":memory:" and not parent.is_dir():
+            raise StoreError(f"{self._path}: cannot create the store: folder {str(parent)!r} does not exist")
         self._check_header()
         with self._translate("open"):
             conn = sqlite3.connect(self._path, timeout=timeout, isolation_level=None, check_same_thread=False)
