@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["default_corpus", "load_servers"]
+__all__ = ["default_corpus", "load_servers", "numbered_tools"]
 
 
 def default_corpus() -> Path:
@@ -34,3 +34,34 @@ def load_servers(corpus: Path) -> dict[str, list[dict[str, Any]]]:
         data = json.loads(path.read_text())
         servers[str(data.get("server") or path.stem)] = list(data["tools"])
     return servers
+
+
+def numbered_tools(n: int, corpus: Path | None = None, *, name: str = "{name}_{i}") -> list[dict[str, Any]]:
+    """``n`` real tool definitions with unique names, cycling through the corpus.
+
+    Falls back to one synthetic tool when no corpus is found. ``name`` formats each name from
+    the original ``name`` and the index ``i``.
+    """
+    if n <= 0:
+        return []
+    try:
+        real = [t for tools in load_servers(corpus or default_corpus()).values() for t in tools]
+    except FileNotFoundError:
+        real = []
+    if not real:
+        real = [
+            {
+                "name": "tool",
+                "description": "A tool that does one thing to a resource. " * 4,
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {f"p{i}": {"type": "string"} for i in range(6)},
+                },
+            }
+        ]
+    out = []
+    for i in range(n):
+        tool = dict(real[i % len(real)])
+        tool["name"] = name.format(name=tool["name"], i=i)[:64]
+        out.append(tool)
+    return out

@@ -41,7 +41,7 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.server.lowlevel import Server
 
-from residency._bench._corpus import default_corpus, load_servers
+from residency._bench._corpus import numbered_tools
 from residency._bench._report import BenchReport
 from residency._gateway._config import parse_config
 from residency._gateway._server import Gateway
@@ -73,29 +73,7 @@ _RUN_TIMEOUT = 600.0
 
 def _padding(n: int) -> list[dict[str, Any]]:
     """``n`` realistic tool definitions with unique names (the dev corpus, else synthetic)."""
-    if n <= 0:
-        return []
-    try:
-        real = [t for tools in load_servers(default_corpus()).values() for t in tools]
-    except FileNotFoundError:
-        real = []
-    if not real:
-        real = [
-            {
-                "name": "tool",
-                "description": "A tool that does one thing to a resource. " * 4,
-                "inputSchema": {
-                    "type": "object",
-                    "properties": {f"p{i}": {"type": "string"} for i in range(6)},
-                },
-            }
-        ]
-    out = []
-    for i in range(n):
-        tool = dict(real[i % len(real)])
-        tool["name"] = f"pad_{i:04d}_{tool['name']}"[:64]
-        out.append(tool)
-    return out
+    return numbered_tools(n, name="pad_{i:04d}_{name}")
 
 
 def upstream_server(tools: int = 0) -> Server[Any]:

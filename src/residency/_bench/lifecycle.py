@@ -18,7 +18,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from residency._bench._corpus import default_corpus, load_servers
+from residency._bench._corpus import numbered_tools
 from residency._bench._report import BenchReport, time_per_call
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
 from residency._core._planner import Budget
@@ -35,28 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=7)
 
 
-def _tools(n: int, corpus: Path | None) -> list[dict[str, Any]]:
-    try:
-        real = [t for tools in load_servers(corpus or default_corpus()).values() for t in tools]
-    except FileNotFoundError:
-        real = [
-            {
-                "name": "t",
-                "description": "A tool. " * 20,
-                "inputSchema": {
-                    "type": "object",
-                    "properties": {f"p{i}": {"type": "string"} for i in range(8)},
-                },
-            }
-        ]
-    out = []
-    for i in range(n):
-        tool = dict(real[i % len(real)])
-        tool["name"] = f"{tool['name']}_{i}"
-        out.append(tool)
-    return out
-
-
 def _arguments(rng: random.Random, i: int) -> dict[str, Any]:
     return {
         "path": f"/srv/data/file_{i}.txt",
@@ -68,7 +46,7 @@ def _arguments(rng: random.Random, i: int) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> BenchReport:
     report = BenchReport("lifecycle")
     rng = random.Random(args.seed)
-    tools = _tools(args.tools, args.corpus)
+    tools = numbered_tools(args.tools, args.corpus)
     session = Session()
     session.register_tools(tools)
     names = session.tools()
