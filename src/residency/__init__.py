@@ -6,7 +6,14 @@ tools come back by re-expansion; every change is journaled.
 
 from residency._core._chains import ChainRecord, ChainVerdict
 from residency._core._events import Event, EventKind
-from residency._core._lifecycle import SPAN_LIFECYCLE, TOOL_LIFECYCLE, Lifecycle, SpanState, ToolState, Transition
+from residency._core._lifecycle import (
+    SPAN_LIFECYCLE,
+    TOOL_LIFECYCLE,
+    Lifecycle,
+    SpanState,
+    ToolState,
+    Transition,
+)
 from residency._core._minify import MinifyLevel, MinifyReport, minify_tool, minify_tool_with_report
 from residency._core._planner import Budget
 from residency._core._spans import PRECONDITION_TAGS, SpanRecord, WindowItem, WindowItemKind
