@@ -23,6 +23,9 @@ from typing import Any
 
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 __all__ = ["SESSION_HEADER", "SESSION_META_KEY", "connection_of", "is_modern", "session_key"]
@@ -98,3 +101,21 @@ def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str
         # A 2026-07-28 duplex pipe (stdio): one Connection per request, one outbound per pipe.
         return f"pipe-{id(connection.outbound):x}"
     return "anonymous"
+
+
+class ListChangedServer(Server[Any]):
+    """A low-level server that advertises ``tools.listChanged`` in the handshake era.
+
+    mcp 2.3.0 advertises it as false unless asked, and TypeScript clients then ignore the
+    ``list_changed`` notifications we send.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            NotificationOptions(tools_changed=True), experimental_capabilities, extensions
+        )

@@ -23,11 +23,9 @@ import mcp_types as types
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.models import InitializationOptions
 
 from residency._core._tools import JSONObject
-from residency._gateway._connection import connection_of
+from residency._gateway._connection import ListChangedServer, connection_of
 
 __all__ = ["IncidentDesk", "desk_tools"]
 
@@ -122,17 +120,6 @@ class IncidentDesk:
     def _build_server(self) -> Server[Any]:
         desk = self
 
-        class DeskServer(Server[Any]):
-            def create_initialization_options(
-                self,
-                notification_options: NotificationOptions | None = None,
-                experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-                extensions: dict[str, dict[str, Any]] | None = None,
-            ) -> InitializationOptions:
-                return super().create_initialization_options(
-                    NotificationOptions(tools_changed=True), experimental_capabilities, extensions
-                )
-
         async def list_tools(
             ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
         ) -> types.ListToolsResult:
@@ -146,7 +133,7 @@ class IncidentDesk:
         ) -> types.CallToolResult:
             return desk.call(params.name, dict(params.arguments or {}))
 
-        return DeskServer(
+        return ListChangedServer(
             "incident-desk",
             version="1.0",
             instructions="An incident desk: incidents, timelines, services, runbooks, metrics and deploys.",

@@ -47,8 +47,6 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.models import InitializationOptions
 from mcp.server.subscriptions import ResourceUpdated, ToolsListChanged
 
 from residency._core._planner import Budget
@@ -58,7 +56,7 @@ from residency._gateway import _meta_tools as meta
 from residency._gateway import _resources as res
 from residency._gateway._aggregate import Catalog, build_catalog
 from residency._gateway._config import GatewayConfig, Secrets
-from residency._gateway._connection import connection_of, is_modern, session_key
+from residency._gateway._connection import ListChangedServer, connection_of, is_modern, session_key
 from residency._gateway._errors import call_outcome, error_result, to_mcp_error
 from residency._gateway._sessions import GatewaySession, SessionTable, View, store_id
 from residency._gateway._upstream import Upstream, UpstreamFailure
@@ -113,20 +111,6 @@ def _minifier(level: str) -> Callable[[JSONObject], JSONObject] | None:
         return shown
 
     return minify
-
-
-class _GatewayServer(Server[Any]):
-    """Advertises ``tools.listChanged`` in the handshake era (off by default in mcp 2.3.0)."""
-
-    def create_initialization_options(
-        self,
-        notification_options: NotificationOptions | None = None,
-        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-        extensions: dict[str, dict[str, Any]] | None = None,
-    ) -> InitializationOptions:
-        return super().create_initialization_options(
-            NotificationOptions(tools_changed=True), experimental_capabilities, extensions
-        )
 
 
 class Gateway:
@@ -347,7 +331,7 @@ class Gateway:
     # -- handlers ----------------------------------------------------------------------------
 
     def _build_server(self) -> Server[Any]:
-        return _GatewayServer(
+        return ListChangedServer(
             "residency",
             version=_version(),
             instructions=(
