@@ -9,19 +9,11 @@ import pytest
 
 from residency import ToolState
 from residency._gateway import IncidentDesk
+from residency._gateway._demo import SCENARIO_READS
 from tests.gateway.conftest import agent, reason, running, text
 
 pytestmark = pytest.mark.anyio
 
-READ_ONLY_TURNS = [
-    ("get_timeline", {"incident_id": "INC-7"}),
-    ("get_service_health", {"service": "api"}),
-    ("list_deploys", {"service": "api"}),
-    ("query_metrics", {"service": "api", "metric": "error_rate"}),
-    ("search_runbooks", {"query": "rollback"}),
-    ("get_runbook", {"runbook_id": "RB-1"}),
-    ("list_services", {}),
-]
 UPDATE = {"incident_id": "INC-7", "severity": "SEV-2", "assignee": {"id": "u-42"}, "notify": True}
 REBUILT = {"incident_id": "INC-7", "severity": "SEV-1", "assignee": {"id": "u-42"}}
 
@@ -37,7 +29,7 @@ async def test_a_demoted_mutation_tool_is_refused_with_its_tombstone_until_reexp
         assert desk.incidents["INC-7"].severity == "SEV-2"
 
         # Read-only work until the schema budget demotes update_incident.
-        for name, arguments in READ_ONLY_TURNS:
+        for name, arguments in SCENARIO_READS[:7]:
             assert not (await a.use(name, arguments)).is_error
             if session.state("update_incident") is not ToolState.RESIDENT:
                 break

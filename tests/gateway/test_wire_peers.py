@@ -32,7 +32,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from residency._gateway._connection import SESSION_META_KEY
-from residency._gateway._demo import desk_tools
+from residency._gateway._demo import SCENARIO_READS, desk_tools
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -57,30 +57,6 @@ REBUILT = {"incident_id": "INC-7", "severity": "SEV-1", "assignee": {"id": "u-42
 """A call rebuilt from the visible arguments that drops ``notify``: invalid, never forwarded."""
 ESCALATE = {**REBUILT, "notify": True}
 """A valid call: forwarded, it would make INC-7 SEV-1."""
-DESK_OVER_STDIO = """
-import anyio
-from mcp.server.stdio import stdio_server
-from residency._gateway._demo import IncidentDesk
-
-async def main():
-    desk = IncidentDesk()
-    async with stdio_server() as (read, write):
-        await desk.server.run(read, write, desk.server.create_initialization_options())
-
-anyio.run(main)
-"""
-"""The demo desk as a stdio upstream, so a config file can put it behind a tighter budget."""
-
-READ_ONLY_TURNS = [
-    ("get_timeline", {"incident_id": "INC-7"}),
-    ("get_service_health", {"service": "api"}),
-    ("list_deploys", {"service": "api"}),
-    ("query_metrics", {"service": "api", "metric": "error_rate"}),
-    ("search_runbooks", {"query": "rollback"}),
-    ("get_runbook", {"runbook_id": "RB-1"}),
-    ("list_services", {}),
-    ("list_incidents", {}),
-]
 
 
 # -- peers present? ----------------------------------------------------------------------------
@@ -241,7 +217,7 @@ def serve_params(*args: str, env: Mapping[str, str] | None = None) -> StdioServe
 def desk_config(tmp_path: Path) -> Path:
     """A config with the desk as a stdio upstream and a budget that tombstones update_incident."""
     config = {
-        "mcpServers": {"desk": {"command": sys.executable, "args": ["-c", DESK_OVER_STDIO]}},
+        "mcpServers": {"desk": {"command": sys.executable, "args": ["-m", "residency._gateway._demo"]}},
         "residency": {"budget": {"schema_tokens": 700}, "minify": "compact"},
     }
     path = tmp_path / "desk.json"
@@ -296,7 +272,7 @@ async def tombstone_update_incident(client: Client, key: str | None = None) -> s
     meta = {SESSION_META_KEY: key} if key is not None else None
     done = await use(call, WITHHELD, UPDATE)
     assert not done.is_error, text_of(done)
-    for name, arguments in READ_ONLY_TURNS:
+    for name, arguments in SCENARIO_READS:
         assert not (await use(call, name, arguments)).is_error
         listed = {t.name: t for t in (await client.list_tools(meta=meta, cache_mode="refresh")).tools}
         if WITHHELD not in listed:

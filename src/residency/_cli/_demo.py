@@ -20,18 +20,9 @@ from rich.table import Table
 
 from residency._core._lifecycle import ToolState
 from residency._gateway._config import parse_config
-from residency._gateway._demo import IncidentDesk, desk_tools
+from residency._gateway._demo import SCENARIO_READS, IncidentDesk, desk_tools
 from residency._gateway._server import Gateway
 from residency._tokens import count_tokens
-
-READS = [
-    ("get_timeline", {"incident_id": "INC-7"}),
-    ("get_service_health", {"service": "api"}),
-    ("list_deploys", {"service": "api"}),
-    ("query_metrics", {"service": "api", "metric": "error_rate"}),
-    ("search_runbooks", {"query": "rollback"}),
-    ("get_runbook", {"runbook_id": "RB-1"}),
-]
 
 
 def add_parser(sub: Any) -> None:
@@ -130,7 +121,7 @@ async def _play(budget: int, console: Console) -> None:
             await n.call("reexpand_tools", {"names": ["update_incident"]}, "(its schema was withheld)")
         update = {"incident_id": "INC-7", "severity": "SEV-2", "assignee_id": "u-42", "notify": True}
         await n.call("update_incident", update, "(turn-2 call of the seed: SEV-2, u-42, notify)")
-        for name, arguments in READS:
+        for name, arguments in SCENARIO_READS[:6]:
             if session.state(name) is not ToolState.RESIDENT:
                 await n.call("reexpand_tools", {"names": [name]})
             await n.call(name, arguments)

@@ -27,7 +27,19 @@ from mcp.server.lowlevel import Server
 from residency._core._tools import JSONObject
 from residency._gateway._connection import ListChangedServer, connection_of
 
-__all__ = ["IncidentDesk", "desk_tools"]
+__all__ = ["SCENARIO_READS", "IncidentDesk", "desk_tools", "serve_stdio"]
+
+SCENARIO_READS: tuple[tuple[str, JSONObject], ...] = (
+    ("get_timeline", {"incident_id": "INC-7"}),
+    ("get_service_health", {"service": "api"}),
+    ("list_deploys", {"service": "api"}),
+    ("query_metrics", {"service": "api", "metric": "error_rate"}),
+    ("search_runbooks", {"query": "rollback"}),
+    ("get_runbook", {"runbook_id": "RB-1"}),
+    ("list_services", {}),
+    ("list_incidents", {}),
+)
+"""Read-only calls of the seed-000 scenario, in order: the turns that push update_incident out."""
 
 
 def _data() -> dict[str, Any]:
@@ -289,3 +301,21 @@ class IncidentDesk:
 
 def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+async def serve_stdio() -> None:
+    """Serve the desk on stdin/stdout: ``python -m residency._gateway._demo``.
+
+    Lets a gateway config put the desk behind any policy as an ordinary stdio upstream.
+    """
+    from mcp.server.stdio import stdio_server
+
+    desk = IncidentDesk()
+    async with stdio_server() as (read, write):
+        await desk.server.run(read, write, desk.server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    import anyio
+
+    anyio.run(serve_stdio)
