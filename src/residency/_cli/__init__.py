@@ -19,6 +19,7 @@ _COMMANDS = (
     "residency._cli._serve",
     "residency._cli._demo",
     "residency._cli._minify",
+    "residency._cli._inspect",
     "residency._cli._bench",
     "residency._cli._lifecycle",
 )

@@ -1,0 +1,115 @@
+"""``residency inspect``: what a store holds, read-only.
+
+With no ``--session`` it lists the sessions in the store; with one, it shows that session's
+tools and their states, its tombstones, spans, archived chains and latest events, as tables or
+(``--json``) as the session's snapshot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from residency._errors import ConfigError, ResidencyError
+from residency._session import Session
+from residency._store._protocol import Store
+from residency._store._sqlite import open_store
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "inspect",
+        help="show the sessions of a store, or one session's tools, tombstones, spans and events",
+        description="Read a residency store without changing it. Exit codes: 0 shown, 2 bad "
+        "usage, a missing or unreadable store, or an unknown session.",
+    )
+    p.add_argument("store", metavar="STORE", help="sqlite:///path.db (or a path to a .db file)")
+    p.add_argument("--session", metavar="ID", help="the session to show (default: list sessions)")
+    p.add_argument("--events", type=int, default=20, metavar="N", help="latest events to show (default 20)")
+    p.add_argument("--json", action="store_true", help="print the session snapshot as JSON")
+    p.set_defaults(run=run)
+
+
+def _open(location: str) -> Store:
+    url = location if "://" in location or location.startswith("memory:") else f"sqlite:///{location}"
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such store file", where="store")
+    return open_store(url)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console()
+    try:
+        store = _open(args.store)
+    except ResidencyError as exc:
+        print(f"residency inspect: {exc}", file=sys.stderr)
+        return 2
+    try:
+        sessions = store.sessions()
+        if args.session is None:
+            if args.json:
+                print(json.dumps({"sessions": sessions}))
+            else:
+                for sid in sessions:
+                    console.print(sid, highlight=False)
+                if not sessions:
+                    console.print("(no sessions)")
+            return 0
+        if args.session not in sessions:
+            print(f"residency inspect: no session {args.session!r} in {args.store}", file=sys.stderr)
+            return 2
+        session = Session(store, session_id=args.session)
+        if args.json:
+            print(json.dumps(session.snapshot(), indent=2, sort_keys=True, default=str))
+        else:
+            _show(console, session, args.events)
+        return 0
+    except ResidencyError as exc:
+        print(f"residency inspect: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+
+
+def _show(console: Console, s: Session, events: int) -> None:
+    tools = Table(title=f"session {s.session_id}: turn {s.turn}, tools")
+    for col in ("tool", "state", "tokens", "mutation", "arguments resident"):
+        tools.add_column(col)
+    for name in s.tools():
+        spec = s.tool(name)
+        resident = "yes" if s.arguments_resident(name) else ""
+        tools.add_row(name, s.state(name).value, str(spec.tokens), "yes" if spec.mutation else "", resident)
+    console.print(tools)
+    console.print("[bold]tombstones[/bold]")
+    for line in s.tombstones() or ["(none)"]:
+        console.print(f"  {line}", highlight=False)
+    spans = s.spans()
+    if spans:
+        table = Table(title="spans")
+        for col in ("span", "state", "tags", "depth", "key"):
+            table.add_column(col)
+        for span in spans:
+            table.add_row(
+                span.id,
+                s.span_state(span.id).value,
+                ",".join(sorted(span.tags)),
+                str(span.derivation_depth),
+                span.key,
+            )
+        console.print(table)
+    for chain in s.chains():
+        console.print(f"[bold]archived chain[/bold] {chain.digest[:12]}: {chain.rule}", highlight=False)
+    log = Table(title=f"latest {events} events")
+    for col in ("turn", "event", "subject", "detail"):
+        log.add_column(col)
+    for e in s.events()[-events:] if events > 0 else []:
+        log.add_row(str(e.turn), e.kind.value, e.subject, e.detail)
+    console.print(log)
