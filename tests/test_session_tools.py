@@ -237,3 +237,18 @@ def test_a_reexpanded_tool_is_warm_for_the_next_plan(s: Session) -> None:
     s.reexpand("write")
     plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0))
     assert plan.tool_names == ("write",)
+
+
+def test_deeply_nested_arguments_are_refused_without_exhausting_the_stack(s: Session) -> None:
+    hostile: dict[str, Any] = {"path": "a"}
+    inner = hostile
+    for _ in range(100_000):
+        inner["x"] = {}
+        inner = inner["x"]
+    with pytest.raises(ArgumentsInvalid) as info:
+        s.authorize_call("write", hostile)
+    assert info.value.path == "$"
+    with pytest.raises(InvalidInput):
+        s.record_call("write", hostile)
+    assert s.resident_calls() == []
+    s.authorize_call("write", {"path": "a", "lines": [1, 2]})  # still serving

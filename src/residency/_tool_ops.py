@@ -23,12 +23,14 @@ from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
 from residency._core._minify import minify_tool
 from residency._core._planner import Budget, ResidentCall, ToolStanding, decide
 from residency._core._tools import (
+    MAX_ARGUMENT_DEPTH,
     CallRecord,
     JSONObject,
     ToolSpec,
     canonical_json,
     definition_hash,
     is_mutation,
+    nesting_depth,
     parse_tool,
 )
 from residency._errors import (
@@ -276,6 +278,10 @@ class ToolOps(SessionBase):
             raise ToolNotResident(self.tombstone_text(name), tool=name)
         if not isinstance(arguments, Mapping):
             raise ArgumentsInvalid(f"{name}: arguments must be a JSON object", tool=name, path="$")
+        if nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
+            raise ArgumentsInvalid(
+                f"{name}: arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels", tool=name, path="$"
+            )
         validator = self._validators.get(name)
         if validator is None:
             schema = spec.input_schema
@@ -316,6 +322,10 @@ class ToolOps(SessionBase):
             raise ToolNotResident(self.tombstone_text(name), tool=name)
         if not isinstance(arguments, Mapping):
             raise InvalidInput("call arguments must be a JSON object", where="arguments")
+        if nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
+            raise InvalidInput(
+                f"call arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels", where="arguments"
+            )
         try:
             text = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
         except (TypeError, ValueError) as exc:
