@@ -4,7 +4,8 @@ Fourteen tools over an in-memory incident table: nine read-only ones annotated
 ``readOnlyHint``, five that change the desk. The tool list lives in ``incident_desk.json`` (so
 benchmarks can load it without a server); ``schema="v1"`` serves ``update_incident`` as it was
 before its assignee became an object, and ``migrate()`` performs that mid-session migration and
-tells connected clients that the tool list changed.
+tells connected clients that the tool list changed (handshake-era connections by
+``tools/list_changed``, 2026-07-28 clients on their ``subscriptions/listen`` streams).
 
 The desk validates arguments against its own schemas, as a real server would: a call rebuilt
 from stale arguments fails here too, which is what sends a model to a sibling tool.
@@ -23,9 +24,10 @@ import mcp_types as types
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 
 from residency._core._tools import JSONObject
-from residency._gateway._connection import ListChangedServer, connection_of
+from residency._gateway._connection import ListChangedServer, connection_of, is_modern
 
 __all__ = ["SCENARIO_READS", "IncidentDesk", "desk_tools", "serve_stdio"]
 
@@ -107,6 +109,7 @@ class IncidentDesk:
         self.pages: list[tuple[str, str]] = []
         self.calls: list[tuple[str, JSONObject]] = []
         self._connections: list[Connection] = []
+        self._bus = InMemorySubscriptionBus()
         self._seed()
         self.server = self._build_server()
 
@@ -126,6 +129,7 @@ class IncidentDesk:
         self._tools = desk_tools("v2")
         for connection in list(self._connections):
             await connection.send_tool_list_changed()
+        await self._bus.publish(ToolsListChanged())
 
     # -- MCP ---------------------------------------------------------------------------------
 
@@ -135,8 +139,10 @@ class IncidentDesk:
         async def list_tools(
             ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
         ) -> types.ListToolsResult:
+            # A handshake-era connection is told of changes directly; 2026-07-28 requests each
+            # get a connection of their own, and are told on their listen streams instead.
             connection = connection_of(ctx)
-            if connection not in desk._connections:
+            if not is_modern(ctx) and connection not in desk._connections:
                 desk._connections.append(connection)
             return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in desk._tools])
 
@@ -151,6 +157,7 @@ class IncidentDesk:
             instructions="An incident desk: incidents, timelines, services, runbooks, metrics and deploys.",
             on_list_tools=list_tools,
             on_call_tool=call_tool,
+            on_subscriptions_listen=ListenHandler(self._bus),
         )
 
     def call(self, name: str, arguments: JSONObject) -> types.CallToolResult:

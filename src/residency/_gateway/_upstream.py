@@ -6,13 +6,20 @@ client (request ids are the client's own, so they never cross downstream session
 call has a timeout. When the upstream crashes or hangs, the call fails with ``UpstreamFailure``
 (which the gateway turns into an error result the model can read) and the next call starts the
 upstream again. Messages never carry ``env`` or ``headers`` values.
+
+stdio and HTTP upstreams are spoken to in the handshake era. An in-process upstream is spoken
+to in the 2026-07-28 era when it can tell of tool changes there (it serves
+``subscriptions/listen``: the gateway listens for ``ToolsListChanged``) or has none to tell
+(``tools.listChanged`` not advertised): that path skips JSON-RPC framing and costs about half
+a handshake-era call. One that advertises ``tools.listChanged`` but serves no listen stream is
+spoken to in the handshake era, where its ``tools/list_changed`` notifications arrive.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -21,6 +28,7 @@ import anyio.abc
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.server.lowlevel import Server
+from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from residency._core._tools import JSONObject
 from residency._gateway._config import HTTPServer, StdioServer
@@ -94,6 +102,12 @@ class Upstream:
     def connected(self) -> bool:
         return self._client is not None
 
+    @property
+    def protocol_version(self) -> str | None:
+        """The protocol version spoken to the upstream, None while it is not connected."""
+        client = self._client
+        return client.protocol_version if client is not None else None
+
     # -- lifetime ----------------------------------------------------------------------------
 
     async def _open_client(self, stack: AsyncExitStack) -> Client:
@@ -120,7 +134,9 @@ class Upstream:
             )
             transport = streamable_http_client(target.url, http_client=http)
             return await stack.enter_async_context(Client(transport, mode="legacy", message_handler=handler))
-        return await stack.enter_async_context(Client(target, mode="legacy", message_handler=handler))
+        mode = "auto" if in_process_era(target) == "modern" else "legacy"
+        # No response cache: a re-list after a change must reach the upstream.
+        return await stack.enter_async_context(Client(target, mode=mode, cache=None, message_handler=handler))
 
     async def start(self, tg: anyio.abc.TaskGroup) -> None:
         """Connect (in a task of ``tg``) and list the tools.
@@ -164,6 +180,14 @@ class Upstream:
         try:
             async with AsyncExitStack() as stack:
                 client = await self._open_client(stack)
+                if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _tools_change(
+                    client.server_capabilities
+                ):
+                    # Listen before listing, so no change falls between the two.
+                    subscription = await stack.enter_async_context(client.listen(tools_list_changed=True))
+                    watchers = await stack.enter_async_context(anyio.create_task_group())
+                    stack.callback(watchers.cancel_scope.cancel)
+                    watchers.start_soon(self._drain, subscription)
                 self.tools = await _list_all(client)
                 self._client = client
                 self.last_error = ""
@@ -187,9 +211,18 @@ class Upstream:
                 await self._done.wait()
 
     async def _message_handler(self, message: Any) -> None:
+        # Handshake era: a notification; 2026-07-28: an event of the listen stream, passed on.
         changed = isinstance(message, types.ToolListChangedNotification)
         if changed and self._on_tools_changed is not None and self._tg is not None:
             self._tg.start_soon(self._on_tools_changed, self)
+
+    @staticmethod
+    async def _drain(subscription: AsyncIterable[Any]) -> None:
+        """Keep a listen stream drained. Its events also reach ``_message_handler`` as
+        notifications (the SDK passes them on), which is where they are acted on; a lost
+        stream raises here, and a lost stream is a lost upstream."""
+        async for _ in subscription:
+            pass
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -228,8 +261,9 @@ class Upstream:
         """
         client = await self._ensure()
         try:
+            # One deadline: on expiry the SDK still sends the upstream its courtesy cancel.
             with anyio.fail_after(self.timeout):
-                return await client.call_tool(tool, arguments, read_timeout_seconds=self.timeout)
+                return await client.call_tool(tool, arguments)
         except TimeoutError:
             raise UpstreamFailure(
                 f"upstream {self.name!r} did not answer {tool!r} within {self.timeout:g} s; the call may "
@@ -252,6 +286,24 @@ class Upstream:
                 f"the next call",
                 server=self.name,
             ) from None
+
+
+def in_process_era(server: Server[Any]) -> str:
+    """The era the gateway speaks to an in-process upstream in: ``"modern"`` or ``"legacy"``.
+
+    Modern unless the server would announce tool changes only in the handshake era (it
+    advertises ``tools.listChanged`` there but serves no ``subscriptions/listen``).
+    """
+    legacy = server.create_initialization_options().capabilities
+    modern = server.get_capabilities(protocol_version=LATEST_MODERN_VERSION)
+    if _tools_change(legacy) and not _tools_change(modern):
+        return "legacy"
+    return "modern"
+
+
+def _tools_change(capabilities: types.ServerCapabilities | None) -> bool:
+    tools = capabilities.tools if capabilities is not None else None
+    return bool(tools is not None and tools.list_changed)
 
 
 async def _list_all(client: Client) -> list[JSONObject]:
