@@ -139,6 +139,8 @@ class Gateway:
         self.secrets: Secrets = self.config.secrets()
         self.default_session = default_session
         self._budget = settings.budget.budget()
+        # What the planner gets when the host keeps every argument (the usual case).
+        self._schema_budget = Budget(self._budget.schema_tokens, _UNBOUNDED, self._budget.idle_turns)
         self._minify = _minifier(settings.minify)
         self._store = store
         self._owns_store = store is None
@@ -324,9 +326,7 @@ class Gateway:
         return gs
 
     def _turn_budget(self, gs: GatewaySession) -> Budget:
-        if gs.host_applies_evictions:
-            return self._budget
-        return Budget(self._budget.schema_tokens, _UNBOUNDED, self._budget.idle_turns)
+        return self._budget if gs.host_applies_evictions else self._schema_budget
 
     # -- handlers ----------------------------------------------------------------------------
 
@@ -416,7 +416,8 @@ class Gateway:
             extra_meta[EVICT_META_KEY] = list(plan.evictions)
         await self._announce(gs, before, current=ctx)
         if extra_meta:
-            result = result.model_copy(update={"meta": {**(result.meta or {}), **extra_meta}})
+            # The result is this call's own (fresh from the upstream client or a meta-tool).
+            result.meta = {**(result.meta or {}), **extra_meta}
         return result
 
     def _meta_call(self, gs: GatewaySession, name: str, arguments: JSONObject) -> types.CallToolResult:
