@@ -306,6 +306,17 @@ class ChainOps(ToolOps):
         detail = "credential revoked" if revoked else f"revocation failed: {data.get('error') or 'unknown'}"
         self._event(EventKind.CHAIN, ref, detail)
 
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _checkpoint_encode(self, state: dict[str, Any]) -> None:
+        # The archive's index is rebuilt from the records, as a replay builds it.
+        state["_archive"] = [r.to_json() for r in state["_archive"]]
+        super()._checkpoint_encode(state)
+
+    def _checkpoint_decode(self, state: dict[str, Any]) -> None:
+        super()._checkpoint_decode(state)
+        state["_archive"] = ChainArchive(ChainRecord.from_json(r) for r in state["_archive"])
+
     # -- comparison --------------------------------------------------------------------------
 
     def _snapshot_parts(self, parts: dict[str, Any]) -> None:

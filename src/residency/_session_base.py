@@ -9,24 +9,47 @@ equals the one that wrote it, and replaying twice gives what replaying once give
 Parts of the session (tools, spans, chains) are mixins over ``SessionBase``: each adds its
 state in ``_init_state`` (calling ``super()``), its ``_apply_<op>`` methods, and its part of
 ``snapshot()`` in ``_snapshot_parts``.
+
+Checkpoints
+-----------
+Replaying costs about 15 us per entry, so a long session would reopen slowly. Every
+``checkpoint_every`` entries (and on ``checkpoint()``) the session saves its state to the store
+as a checkpoint; a reopen restores it and replays only the entries after it. The state saved is
+every attribute ``_init_state`` creates (the *layout*), minus the caches a mixin names in
+``_CHECKPOINT_CACHES``; a mixin may turn its state into plain data and back with
+``_checkpoint_encode`` / ``_checkpoint_decode`` (e.g. to rebuild derived objects instead of
+saving them). A checkpoint is derived data: if it is missing, of another version or layout,
+damaged, refused by the decoder (see ``_store/_checkpoint.py`` for the trust model), or
+disagrees with the journal after it, the session replays its whole journal instead, so opening
+from a checkpoint never fails where a replay would succeed, and gives the same state.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from residency._core._events import Event, EventKind
-from residency._errors import StoreError
+from residency._errors import ConfigError, StoreError
+from residency._store._checkpoint import columns, decode_checkpoint, encode_checkpoint, from_columns
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Clock, JournalEntry, Store, SystemClock
 
-__all__ = ["SessionBase"]
+__all__ = ["DEFAULT_CHECKPOINT_EVERY", "SessionBase"]
+
+DEFAULT_CHECKPOINT_EVERY = 5_000
+"""Journal entries between automatic checkpoints: reopening replays at most this many."""
+
+logger = logging.getLogger("residency")
 
 
 class SessionBase:
     """Journal, clock, turn counter and event log. Not used on its own: see ``Session``."""
+
+    _CHECKPOINT_CACHES: ClassVar[frozenset[str]] = frozenset()
+    """State attributes (of this class) that are caches: not saved in checkpoints."""
 
     def __init__(
         self,
@@ -34,27 +57,75 @@ class SessionBase:
         *,
         session_id: str = "default",
         clock: Clock | None = None,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             from residency._errors import InvalidInput
 
             raise InvalidInput("session_id must be a non-empty string", where="session_id")
+        if (
+            isinstance(checkpoint_every, bool)
+            or not isinstance(checkpoint_every, int)
+            or checkpoint_every < 0
+        ):
+            raise ConfigError(
+                f"checkpoint_every must be a whole number of journal entries (0 disables automatic "
+                f"checkpoints), not {checkpoint_every!r}",
+                where="checkpoint_every",
+            )
         self._store: Store = store if store is not None else MemoryStore()
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._session_id = session_id
+        self._checkpoint_every = checkpoint_every
+        before = set(vars(self))
         self._init_state()
+        caches = self._checkpoint_caches()
+        self._layout = tuple(name for name in vars(self) if name not in before and name not in caches)
+        self._seq = 0  # the last journal entry applied
+        self._checkpoint_seq = 0  # the entry covered by the newest checkpoint this session knows
+        self._restored_seq = 0  # the checkpoint this session was opened from (0: a full replay)
+        self._next_checkpoint = checkpoint_every  # the entry after which one is saved automatically
+        self._sole_writer = True  # False once another writer appended to this session
+        self._keeps_checkpoints = callable(getattr(self._store, "save_checkpoint", None)) and callable(
+            getattr(self._store, "load_checkpoint", None)
+        )
         self._replaying = True
         # Replay builds many small long-lived objects; the cyclic collector would rescan them
         # over and over (about 30% of reopen time) and they hold no cycles worth collecting.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            for entry in self._store.load(session_id):
-                self._apply(entry)
+            self._open()
         finally:
             self._replaying = False
             if collecting:
                 gc.enable()
+
+    def _open(self) -> None:
+        restored = self._restore_checkpoint()
+        if restored:
+            try:
+                tail = self._store.load(self._session_id, restored)
+                for entry in tail:
+                    self._apply(entry)
+            except Exception as exc:  # the checkpoint disagrees with the journal after it
+                logger.warning(
+                    "session %r: the journal after checkpoint %d does not apply to it (%s: %s); "
+                    "replaying the whole journal",
+                    self._session_id,
+                    restored,
+                    type(exc).__name__,
+                    exc,
+                )
+                self._init_state()
+                self._checkpoint_seq = self._restored_seq = self._next_checkpoint = 0
+            else:
+                self._seq = (tail[-1].seq or restored + len(tail)) if tail else restored
+                return
+        entries = self._store.load(self._session_id)
+        for entry in entries:
+            self._apply(entry)
+        self._seq = (entries[-1].seq or len(entries)) if entries else 0
 
     # -- state -------------------------------------------------------------------------------
 
@@ -91,9 +162,29 @@ class SessionBase:
         """Write ``(op, data)`` items ahead to the journal, then apply them."""
         at = self._clock.now()
         entries = [JournalEntry(op, data, at) for op, data in items]
-        self._store.append(self._session_id, entries)
+        last = self._store.append(self._session_id, entries)
+        expected = self._seq + len(entries)
+        if isinstance(last, int) and last != expected:
+            # Someone else appended to this session's journal: this object's state no longer
+            # describes the journal's prefix, so it must never be saved as a checkpoint.
+            self._sole_writer = False
+            expected = last
+        self._seq = expected
         for entry in entries:
             self._apply(entry)
+        every = self._checkpoint_every
+        if every and self._seq >= self._next_checkpoint and self._keeps_checkpoints and self._sole_writer:
+            try:
+                self._save_checkpoint()
+            except StoreError as exc:
+                # The operation itself is durable and applied; a checkpoint only saves time.
+                logger.warning(
+                    "session %r: automatic checkpoint failed, retrying after %d more entries: %s",
+                    self._session_id,
+                    every,
+                    exc,
+                )
+                self._next_checkpoint = self._seq + every
 
     def _apply(self, entry: JournalEntry) -> None:
         handler = getattr(self, f"_apply_{entry.op}", None)
@@ -104,6 +195,91 @@ class SessionBase:
             )
         self._at = entry.at
         handler(entry.data)
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def checkpoint(self) -> int:
+        """Save the session's state to the store now, so a reopen replays only what follows.
+
+        Sessions also save one automatically every ``checkpoint_every`` journal entries.
+
+        Returns:
+            The journal entry the checkpoint covers (0 for an empty journal: nothing is saved).
+
+        Raises:
+            StoreError: the store keeps no checkpoints, another writer appended to this
+                session's journal since it was opened (reopen it first), or the store cannot
+                be written.
+        """
+        if not self._sole_writer:
+            raise StoreError(
+                f"session {self._session_id!r}: another writer appended to its journal since it was "
+                f"opened; reopen the session to checkpoint it"
+            )
+        if self._seq and self._seq != self._checkpoint_seq:
+            self._save_checkpoint()
+        return self._seq
+
+    def _save_checkpoint(self) -> None:
+        if not self._keeps_checkpoints:
+            raise StoreError(f"{type(self._store).__name__} keeps no checkpoints")
+        state = {name: getattr(self, name) for name in self._layout}
+        self._checkpoint_encode(state)
+        blob = encode_checkpoint(self._session_id, self._seq, self._layout, state)
+        self._store.save_checkpoint(self._session_id, self._seq, blob)
+        self._checkpoint_seq = self._seq
+        self._next_checkpoint = self._seq + self._checkpoint_every
+
+    def _restore_checkpoint(self) -> int:
+        """Restore the store's checkpoint if it is usable; the entry it covers, or 0."""
+        found = self._store.load_checkpoint(self._session_id) if self._keeps_checkpoints else None
+        if found is None:
+            return 0
+        seq, blob = found
+        self._next_checkpoint = 0  # unless it is usable, a new one is due at the next write
+        try:
+            state = decode_checkpoint(blob, self._session_id, seq, self._layout)
+            if state is None:
+                logger.info(
+                    "session %r: checkpoint of another version; replaying the journal", self._session_id
+                )
+                return 0
+            self._checkpoint_decode(state)
+            fresh = vars(self)
+            for name, value in state.items():
+                if fresh[name] is not None and type(value) is not type(fresh[name]):
+                    raise StoreError(
+                        f"{name} is a {type(value).__name__}, not a {type(fresh[name]).__name__}"
+                    )
+            for name, value in state.items():
+                setattr(self, name, value)
+        except Exception as exc:  # a damaged or forged checkpoint: whatever decoding raised
+            logger.warning(
+                "session %r: checkpoint at entry %d not used (%s: %s); replaying the whole journal",
+                self._session_id,
+                seq,
+                type(exc).__name__,
+                exc,
+            )
+            self._init_state()
+            return 0
+        self._checkpoint_seq = self._restored_seq = seq
+        self._next_checkpoint = seq + self._checkpoint_every
+        return int(seq)
+
+    def _checkpoint_caches(self) -> frozenset[str]:
+        names: set[str] = set()
+        for cls in type(self).__mro__:
+            names |= cls.__dict__.get("_CHECKPOINT_CACHES", frozenset())
+        return frozenset(names)
+
+    def _checkpoint_encode(self, state: dict[str, Any]) -> None:
+        """Turn state values into what a checkpoint holds (in place). Mixins call ``super()``."""
+        state["_events"] = columns(state["_events"], Event, shared=("detail",))
+
+    def _checkpoint_decode(self, state: dict[str, Any]) -> None:
+        """Undo ``_checkpoint_encode`` on a restored state (in place). Mixins call ``super()``."""
+        state["_events"] = list(from_columns(Event, state["_events"]))
 
     def _event(self, kind: EventKind, subject: str, detail: str = "") -> Event:
         event = Event(self._turn, kind, subject, detail, self._at)

@@ -33,6 +33,7 @@ from residency._core._spans import (
 )
 from residency._errors import InvalidInput, NotFound, StoreError, UnverifiedSummary
 from residency._session_base import SessionBase
+from residency._store._checkpoint import columns, from_columns
 from residency._store._protocol import content_key
 from residency._tokens import count_tokens
 
@@ -433,6 +434,20 @@ class SpanOps(SessionBase):
                 unresolved=unresolved,
             )
         return self._spans[span_id]
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _checkpoint_encode(self, state: dict[str, Any]) -> None:
+        # Text of a span whose bytes are in the content store is a cache (a replay reads it
+        # back, verified, when it is needed); only text held nowhere else is state.
+        stored = self._stored
+        state["_texts"] = {i: t for i, t in state["_texts"].items() if i not in stored}
+        state["_spans"] = columns(state["_spans"].values(), SpanRecord, shared=("tags", "source"))
+        super()._checkpoint_encode(state)
+
+    def _checkpoint_decode(self, state: dict[str, Any]) -> None:
+        super()._checkpoint_decode(state)
+        state["_spans"] = {r.id: r for r in from_columns(SpanRecord, state["_spans"])}
 
     # -- comparison --------------------------------------------------------------------------
 

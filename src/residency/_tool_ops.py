@@ -42,8 +42,8 @@ from residency._errors import (
     ToolArchived,
     ToolNotResident,
 )
-from residency._session_base import SessionBase
-from residency._tokens import count_tokens
+from residency._session_base import DEFAULT_CHECKPOINT_EVERY, SessionBase
+from residency._tokens import count_tokens, tokenizer_name
 
 __all__ = ["CallGuard", "ToolOps", "TurnPlan"]
 
@@ -90,6 +90,10 @@ _EVENT_OF = {
 class ToolOps(SessionBase):
     """Tool registration, the call record, the tool lifecycle and turn planning."""
 
+    # Compiled validators are rebuilt on first use; minified definitions made ahead of a commit
+    # are consumed by it.
+    _CHECKPOINT_CACHES = frozenset({"_validators", "_shown_ahead"})
+
     def __init__(
         self,
         store: Any = None,
@@ -100,6 +104,7 @@ class ToolOps(SessionBase):
         pinned: Iterable[str] = (),
         phases: Mapping[str, Iterable[str]] | None = None,
         reexpand_tool: str = "reexpand_tools",
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> None:
         self._minify: Callable[[JSONObject], JSONObject] = minify if minify is not None else minify_tool
         self._shown_ahead: dict[str, JSONObject] = {}
@@ -107,7 +112,7 @@ class ToolOps(SessionBase):
         self._phases = {k: frozenset(v) for k, v in (phases or {}).items()}
         self._reexpand_tool = reexpand_tool
         self._guards: list[CallGuard] = []
-        super().__init__(store, session_id=session_id, clock=clock)
+        super().__init__(store, session_id=session_id, clock=clock, checkpoint_every=checkpoint_every)
 
     def _init_state(self) -> None:
         super()._init_state()
@@ -515,6 +520,34 @@ class ToolOps(SessionBase):
             "schema",
             f"pinned tools need {data['schema_tokens']} tokens; budget {data['budget']}",
         )
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def _checkpoint_encode(self, state: dict[str, Any]) -> None:
+        # What a tool is shown as depends on this session's minifier, which a checkpoint cannot
+        # name; it is kept only for the default one and otherwise made again on restore, as a
+        # replay would.
+        keep = self._minify is minify_tool
+        state["_tools"] = (
+            tokenizer_name() if keep else None,
+            [
+                (s.name, s.definition, s.hash, s.mutation, s.shown if keep else None, s.tokens)
+                for s in state["_tools"].values()
+            ],
+        )
+        super()._checkpoint_encode(state)
+
+    def _checkpoint_decode(self, state: dict[str, Any]) -> None:
+        super()._checkpoint_decode(state)
+        tokenizer, rows = state["_tools"]
+        keep = tokenizer is not None and tokenizer == tokenizer_name() and self._minify is minify_tool
+        tools: dict[str, ToolSpec] = {}
+        for name, definition, digest, mutation, shown, tokens in rows:
+            if not keep:
+                shown = self._minify(definition)
+                tokens = count_tokens(shown)
+            tools[name] = ToolSpec(name, definition, digest, mutation, shown, tokens)
+        state["_tools"] = tools
 
     # -- comparison --------------------------------------------------------------------------
 

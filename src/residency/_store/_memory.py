@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from residency._errors import IntegrityError, NotFound
+from residency._errors import IntegrityError, InvalidInput, NotFound
 from residency._store._protocol import JournalEntry, content_key
 
 __all__ = ["MemoryStore"]
@@ -15,13 +15,35 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self._journals: dict[str, list[JournalEntry]] = {}
+        self._checkpoints: dict[str, tuple[int, bytes]] = {}
         self._content: dict[str, bytes] = {}
 
-    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> None:
-        self._journals.setdefault(session_id, []).extend(entries)
+    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+        journal = self._journals.setdefault(session_id, [])
+        last = len(journal)
+        journal.extend(JournalEntry(e.op, e.data, e.at, last + i) for i, e in enumerate(entries, 1))
+        return len(journal)
 
-    def load(self, session_id: str) -> list[JournalEntry]:
-        return list(self._journals.get(session_id, ()))
+    def load(self, session_id: str, after: int = 0) -> list[JournalEntry]:
+        # Sequence numbers are 1, 2, ... with no gaps: entry ``seq`` sits at index ``seq - 1``.
+        return self._journals.get(session_id, [])[max(after, 0) :]
+
+    def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
+        if (
+            isinstance(seq, bool)
+            or not isinstance(seq, int)
+            or not 1 <= seq <= len(self._journals.get(session_id, ()))
+        ):
+            raise InvalidInput(
+                f"session {session_id!r}: a checkpoint must name an entry of its journal, not {seq!r}",
+                where="seq",
+            )
+        known = self._checkpoints.get(session_id)
+        if known is None or known[0] <= seq:
+            self._checkpoints[session_id] = (seq, bytes(blob))
+
+    def load_checkpoint(self, session_id: str) -> tuple[int, bytes] | None:
+        return self._checkpoints.get(session_id)
 
     def sessions(self) -> list[str]:
         return sorted(self._journals)

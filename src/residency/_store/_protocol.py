@@ -4,6 +4,11 @@ A session's state is a pure function of its journal: every mutation is appended 
 a batch at a time) before it is applied, and reopening a session replays the journal. The
 content store is content-addressed: the key is the sha256 of the bytes, writing the same bytes
 twice is a no-op, and every read verifies the hash.
+
+A store also keeps one *checkpoint* per session: an opaque blob holding the session's state
+after journal entry ``seq``. It is derived data, never the source of truth: a session restores
+it and replays only the entries after ``seq``, and falls back to the whole journal when the
+blob is missing, stale or unreadable.
 """
 
 from __future__ import annotations
@@ -24,22 +29,45 @@ class JournalEntry:
         op: the operation, e.g. ``"call"`` or ``"transition"``.
         data: its JSON-serializable arguments.
         at: when it was written (seconds since the epoch, from the session's clock).
+        seq: its position in the session's journal (1, 2, ...), set by the store on ``load``;
+            0 on an entry not yet appended.
     """
 
     op: str
     data: Mapping[str, Any]
     at: float
+    seq: int = 0
 
 
 @runtime_checkable
 class Store(Protocol):
     """Where sessions live. Implementations: ``MemoryStore``, ``SQLiteStore``."""
 
-    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> None:
-        """Append entries to a session's journal, all or none (durable on return)."""
+    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+        """Append entries to a session's journal, all or none (durable on return).
 
-    def load(self, session_id: str) -> list[JournalEntry]:
-        """The session's journal in append order (empty for a new session)."""
+        Returns:
+            The sequence number of the session's last entry after the append.
+        """
+
+    def load(self, session_id: str, after: int = 0) -> list[JournalEntry]:
+        """The session's journal entries with ``seq > after``, in append order, with ``seq`` set.
+
+        Empty for a new session.
+        """
+
+    def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
+        """Keep ``blob`` as the session's state after journal entry ``seq``, all or none.
+
+        It replaces the session's checkpoint unless that one covers a later entry (a
+        checkpoint never moves backwards). A crash during the save leaves the previous one.
+
+        Raises:
+            InvalidInput: ``seq`` is not the number of an entry in the session's journal.
+        """
+
+    def load_checkpoint(self, session_id: str) -> tuple[int, bytes] | None:
+        """The session's checkpoint as ``(seq, blob)``, or None if it has none."""
 
     def sessions(self) -> list[str]:
         """The ids of every session with a journal, sorted."""

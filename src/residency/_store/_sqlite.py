@@ -1,11 +1,17 @@
 """The SQLite store: every session's journal and the content store in one file.
 
-Layout (schema version 1)::
+Layout (schema version 2)::
 
     residency_meta(key PRIMARY KEY, value)           application name and schema version
     sessions(session_id PRIMARY KEY)                 one row per session with a journal
     journal(id, session_id, seq, op, data JSON, at)  unique (session_id, seq)
     content(key PRIMARY KEY, bytes)                  key = "sha256:" + hex digest of bytes
+    checkpoints(session_id, part, seq, bytes)        primary key (session_id, part)
+
+A session's checkpoint is one blob, split into parts of at most 64 MiB (SQLite refuses a
+single value over 1 GB). Saving one replaces all its parts in one transaction, so a crash
+during a save leaves the previous checkpoint whole. Schema version 1 (no checkpoints table) is
+upgraded in place when opened: the upgrade only adds the table.
 
 The file also carries ``PRAGMA application_id`` and ``user_version``, so ``file(1)`` and
 SQLite tools can tell it apart, and a file of another application (or a newer schema) is
@@ -45,7 +51,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from residency._errors import ConfigError, IntegrityError, NotFound, StoreError
+from residency._errors import ConfigError, IntegrityError, InvalidInput, NotFound, StoreError
 from residency._store._memory import MemoryStore
 from residency._store._protocol import JournalEntry, Store, content_key
 
@@ -53,10 +59,14 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "open_store"]
 
 APPLICATION_ID = 0x52534459
 """``PRAGMA application_id`` of a residency store (ASCII "RSDY")."""
-SCHEMA_VERSION = 1
-"""The layout this module writes and reads."""
+SCHEMA_VERSION = 2
+"""The layout this module writes and reads (version 1 files are upgraded on open)."""
 
 _MAGIC = b"SQLite format 3\x00"
+_CHECKPOINTS = (
+    "CREATE TABLE checkpoints (session_id TEXT NOT NULL, part INTEGER NOT NULL, seq INTEGER NOT NULL, "
+    "bytes BLOB NOT NULL, PRIMARY KEY (session_id, part))"
+)
 _SCHEMA = (
     "CREATE TABLE residency_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE sessions (session_id TEXT PRIMARY KEY)",
@@ -65,8 +75,11 @@ _SCHEMA = (
     "CREATE TABLE journal (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
     "op TEXT NOT NULL, data TEXT NOT NULL, at REAL NOT NULL, UNIQUE (session_id, seq))",
     "CREATE TABLE content (key TEXT PRIMARY KEY, bytes BLOB NOT NULL)",
+    _CHECKPOINTS,
 )
-_TABLES = frozenset({"residency_meta", "sessions", "journal", "content"})
+_TABLES_V1 = frozenset({"residency_meta", "sessions", "journal", "content"})
+_TABLES = _TABLES_V1 | {"checkpoints"}
+_PART = 64 << 20
 
 Durability = Literal["full", "normal"]
 
@@ -165,6 +178,10 @@ class SQLiteStore:
                 f"{self._path}: written by a newer residency (store schema {version}; this version "
                 f"reads {SCHEMA_VERSION}); upgrade residency to open it"
             )
+        if version == 1 and tables >= _TABLES_V1:
+            self._upgrade_from_1(conn)
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         missing = _TABLES - tables
         meta = dict(conn.execute("SELECT key, value FROM residency_meta").fetchall()) if not missing else {}
         if missing or version != SCHEMA_VERSION or meta.get("schema_version") != str(SCHEMA_VERSION):
@@ -189,6 +206,24 @@ class SQLiteStore:
             conn.execute("ROLLBACK")
             raise
 
+    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
+        """Schema 1 -> 2: add the checkpoints table. Another process may be doing the same."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            (meta,) = conn.execute(
+                "SELECT COALESCE(MAX(value), '') FROM residency_meta WHERE key = 'schema_version'"
+            ).fetchone()
+            if version == 1 and meta == "1":
+                conn.execute(_CHECKPOINTS)
+                conn.execute("UPDATE residency_meta SET value = '2' WHERE key = 'schema_version'")
+                conn.execute("PRAGMA user_version = 2")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
     @contextmanager
     def _translate(self, what: str) -> Iterator[None]:
         try:
@@ -205,8 +240,11 @@ class SQLiteStore:
 
     # -- the Store protocol ------------------------------------------------------------------
 
-    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> None:
+    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
         """Append entries to a session's journal in one transaction (durable on return).
+
+        Returns:
+            The sequence number of the session's last entry after the append.
 
         Raises:
             StoreError: an entry's data is not JSON, or the file cannot be written. Nothing
@@ -219,9 +257,12 @@ class SQLiteStore:
             except (TypeError, ValueError) as exc:
                 raise StoreError(f"journal entry {entry.op!r} has data that is not JSON: {exc}") from None
             rows.append((entry.op, data, float(entry.at)))
-        if not rows:
-            return
         with self._connection("append") as conn:
+            if not rows:
+                (last,) = conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                return int(last)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 (last,) = conn.execute(
@@ -238,16 +279,18 @@ class SQLiteStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+        return int(last) + len(rows)
 
-    def load(self, session_id: str) -> list[JournalEntry]:
-        """The session's journal in append order (empty for a new session).
+    def load(self, session_id: str, after: int = 0) -> list[JournalEntry]:
+        """The session's journal entries with ``seq > after``, in append order.
 
         Raises:
             StoreError: the file cannot be read, or an entry is not valid JSON.
         """
         with self._connection("load") as conn:
             rows = conn.execute(
-                "SELECT seq, op, data, at FROM journal WHERE session_id = ? ORDER BY seq", (session_id,)
+                "SELECT seq, op, data, at FROM journal WHERE session_id = ? AND seq > ? ORDER BY seq",
+                (session_id, after),
             ).fetchall()
         loads = json.loads
         out = []
@@ -258,7 +301,7 @@ class SQLiteStore:
         try:
             for seq, op, data, at in rows:
                 try:
-                    out.append(JournalEntry(op, loads(data), at))
+                    out.append(JournalEntry(op, loads(data), at, seq))
                 except ValueError:
                     raise StoreError(
                         f"{self._path}: session {session_id!r}, journal entry {seq} is not valid JSON"
@@ -267,6 +310,73 @@ class SQLiteStore:
             if collecting:
                 gc.enable()
         return out
+
+    def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
+        """Keep ``blob`` as the session's state after entry ``seq``, in one transaction.
+
+        It replaces the session's checkpoint unless that one covers a later entry. Durable on
+        return like ``append``; a crash during the save leaves the previous checkpoint whole.
+
+        Raises:
+            InvalidInput: ``seq`` is not the number of an entry in the session's journal.
+            StoreError: the file cannot be written.
+        """
+        data = memoryview(bytes(blob))
+        parts = [data[i : i + _PART] for i in range(0, len(data), _PART)] or [data]
+        with self._connection("save checkpoint") as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                (last,) = conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= last:
+                    raise InvalidInput(
+                        f"session {session_id!r}: a checkpoint must name an entry of its journal "
+                        f"(1 to {last}), not {seq!r}",
+                        where="seq",
+                    )
+                (known,) = conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM checkpoints WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                if known <= seq:
+                    conn.execute("DELETE FROM checkpoints WHERE session_id = ?", (session_id,))
+                    conn.executemany(
+                        "INSERT INTO checkpoints (session_id, part, seq, bytes) VALUES (?, ?, ?, ?)",
+                        [(session_id, i, seq, part) for i, part in enumerate(parts)],
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def load_checkpoint(self, session_id: str) -> tuple[int, bytes] | None:
+        """The session's checkpoint as ``(seq, blob)``, or None.
+
+        A checkpoint whose parts disagree, or that names an entry the journal does not hold,
+        is not returned: the session then replays its whole journal.
+
+        Raises:
+            StoreError: the file cannot be read.
+        """
+        with self._connection("load checkpoint") as conn:
+            rows = conn.execute(
+                "SELECT part, seq, bytes FROM checkpoints WHERE session_id = ? ORDER BY part", (session_id,)
+            ).fetchall()
+            if not rows:
+                return None
+            (last,) = conn.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        seq = rows[0][1]
+        if [r[0] for r in rows] != list(range(len(rows))) or any(r[1] != seq for r in rows):
+            return None
+        if not isinstance(seq, int) or not 1 <= seq <= last:
+            return None
+        if len(rows) == 1:
+            blob = rows[0][2]
+            return seq, blob if isinstance(blob, bytes) else bytes(blob)
+        return seq, b"".join(bytes(r[2]) for r in rows)
 
     def sessions(self) -> list[str]:
         """The ids of every session with a journal, sorted."""
