@@ -250,3 +250,49 @@ def test_a_store_in_a_missing_folder_says_so(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         SQLiteStore(tmp_path / "no-such-folder" / "r.db")
     assert not (tmp_path / "no-such-folder").exists()
+
+
+def _as_version_1(db: Path) -> None:
+    """Rewrite a store as schema version 1 wrote it: no checkpoints table."""
+    with sqlite3.connect(db) as raw:
+        raw.execute("DROP TABLE checkpoints")
+        raw.execute("UPDATE residency_meta SET value = '1' WHERE key = 'schema_version'")
+        raw.execute("PRAGMA user_version = 1")
+    raw.close()
+
+
+def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_sessions(db: Path) -> None:
+    store = SQLiteStore(db)
+    expected = _busy_session(store, "agent-1").snapshot()
+    store.close()
+    _as_version_1(db)
+
+    store = SQLiteStore(db)
+    reopened = Session(store, session_id="agent-1")
+    assert reopened.snapshot() == expected
+    assert reopened.checkpoint() > 0
+    assert Session(store, session_id="agent-1")._restored_seq == reopened.checkpoint()
+    store.close()
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        meta = dict(raw.execute("SELECT key, value FROM residency_meta").fetchall())
+        assert meta["schema_version"] == "2"
+    raw.close()
+
+
+def test_two_stores_opening_a_version_1_file_upgrade_it_once(db: Path) -> None:
+    SQLiteStore(db).close()
+    _as_version_1(db)
+    first, second = SQLiteStore(db), SQLiteStore(db)
+    assert first.load_checkpoint("s") is None and second.load_checkpoint("s") is None
+    first.close()
+    second.close()
+
+
+def test_a_current_store_missing_its_checkpoints_table_is_refused(db: Path) -> None:
+    SQLiteStore(db).close()
+    with sqlite3.connect(db) as raw:
+        raw.execute("DROP TABLE checkpoints")
+    raw.close()
+    with pytest.raises(StoreError):
+        SQLiteStore(db)
