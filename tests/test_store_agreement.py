@@ -2,8 +2,11 @@
 
 Each rule runs on both sessions; both must answer alike (the same result or the same error
 type) and end in equal snapshots. A plain model of the span lifecycle checks the span states.
-The crash rule kills the SQLite side mid-transaction and reopens it from the file: the
-recovered session must equal the in-memory one.
+The crash rule kills the SQLite side mid-transaction (mid-append, and optionally mid-checkpoint)
+and reopens it from the file: the recovered session must equal the in-memory one, which is
+reopened from its own store too. Both sides save a checkpoint every few entries (and on the
+checkpoint rule), so reopens restore a checkpoint and replay its tail; a checkpoint that exists
+must be the one used.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from residency import (
@@ -37,6 +40,7 @@ R, X, E = SpanState.RESIDENT, SpanState.EXTERNALIZED, SpanState.EVICTED
 NAMES = [f"tool_{i}" for i in range(4)]
 TAGS = ["constraint", "invariant", "diff", "plan", "negative_result", "scope_qualifier"]
 SESSION = "agreement"
+EVERY = 4  # journal entries between automatic checkpoints: small, so reopens use them
 
 
 def _tool(name: str, i: int) -> dict[str, Any]:
@@ -89,9 +93,10 @@ class StoreAgreement(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="residency-agreement-"))
         self.path = self.dir / "store.db"
         self.mem_clock, self.sql_clock = Tick(), Tick()
-        self.mem = Session(MemoryStore(), session_id=SESSION, clock=self.mem_clock)
+        self.mem_store = MemoryStore()
+        self.mem = Session(self.mem_store, session_id=SESSION, clock=self.mem_clock, checkpoint_every=EVERY)
         self.sql_store = SQLiteStore(self.path)
-        self.sql = Session(self.sql_store, session_id=SESSION, clock=self.sql_clock)
+        self.sql = Session(self.sql_store, session_id=SESSION, clock=self.sql_clock, checkpoint_every=EVERY)
         self.spans: dict[str, ModelSpan] = {}
         self.registered: set[str] = set()
 
@@ -211,11 +216,26 @@ class StoreAgreement(RuleBasedStateMachine):
         assert result.derivation_depth == summary.depth and result.verified == summary.verified
         self.spans[result.id] = summary
 
-    # -- crash -------------------------------------------------------------------------------
+    # -- checkpoints and crashes -------------------------------------------------------------
 
-    @rule(rows=st.integers(1, 3))
-    def crash_and_reopen(self, rows: int) -> None:
-        """The SQLite side dies in the middle of a batch: its connection goes without commit."""
+    @rule()
+    def checkpoint(self) -> None:
+        kind, seq = self.both(lambda s: s.checkpoint())
+        assert kind == "ok"
+        # The blobs may differ in which equal strings they share; what they restore is compared
+        # by the crash rule.
+        for store in (self.sql_store, self.mem_store):
+            saved = store.load_checkpoint(SESSION)
+            assert (saved[0] if saved else 0) == seq
+
+    @rule(rows=st.integers(1, 3), torn_checkpoint=st.booleans())
+    def crash_and_reopen(self, rows: int, torn_checkpoint: bool) -> None:
+        """The SQLite side dies in the middle of a batch: its connection goes without commit.
+
+        With ``torn_checkpoint`` it dies while replacing its checkpoint too: the previous
+        checkpoint must survive whole and be the one the reopen restores.
+        """
+        saved = self.sql_store.load_checkpoint(SESSION)
         conn = self.sql_store._conn
         assert conn is not None
         (last,) = conn.execute(
@@ -226,12 +246,28 @@ class StoreAgreement(RuleBasedStateMachine):
             "INSERT INTO journal (session_id, seq, op, data, at) VALUES (?, ?, 'span_add', '{}', 0)",
             [(SESSION, last + i) for i in range(1, rows + 1)],
         )
+        if torn_checkpoint:
+            conn.execute("DELETE FROM checkpoints WHERE session_id = ?", (SESSION,))
+            conn.execute(
+                "INSERT INTO checkpoints (session_id, part, seq, bytes) VALUES (?, 0, ?, x'00')",
+                (SESSION, last + rows),
+            )
         conn.close()  # no COMMIT: the half-written batch must vanish
         self.sql_store._conn = None
         del self.sql
         self.sql_store = SQLiteStore(self.path)
-        self.sql = Session(self.sql_store, session_id=SESSION, clock=self.sql_clock)
-        assert self.sql.snapshot() == self.mem.snapshot()
+        self.sql = Session(self.sql_store, session_id=SESSION, clock=self.sql_clock, checkpoint_every=EVERY)
+        assert self.sql_store.load_checkpoint(SESSION) == saved
+        assert self.sql._restored_seq == (saved[0] if saved else 0)
+        event("reopened from a checkpoint" if saved else "reopened by a full replay")
+
+        # The in-memory side reopens from its own store's checkpoint: nothing changes.
+        before = self.mem.snapshot()
+        saved = self.mem_store.load_checkpoint(SESSION)
+        self.mem = Session(self.mem_store, session_id=SESSION, clock=self.mem_clock, checkpoint_every=EVERY)
+        assert self.mem._restored_seq == (saved[0] if saved else 0)
+        assert self.mem.snapshot() == before
+        assert self.sql.snapshot() == before
 
     # -- invariants --------------------------------------------------------------------------
 
