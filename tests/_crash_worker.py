@@ -1,9 +1,10 @@
 """A worker for the crash test: random operations on a SQLite store, one ack line per operation.
 
-Run as ``python -m tests._crash_worker DB SEED``. It resumes the session already in ``DB``
-and applies random operations until killed. After each operation returns (so after its
-journal batch is durable) it prints one JSON line and flushes: everything printed is
-acknowledged and must survive a SIGKILL.
+Run as ``python -m tests._crash_worker DB SEED [CHECKPOINT_EVERY]``. It resumes the session
+already in ``DB`` (from its checkpoint, if it has one) and applies random operations until
+killed, saving a checkpoint every ``CHECKPOINT_EVERY`` journal entries (default 5). After each
+operation returns (so after its journal batch is durable) it prints one JSON line and flushes:
+everything printed is acknowledged and must survive a SIGKILL.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ def _ack(**fields: Any) -> None:
     sys.stdout.flush()
 
 
-def main(path: str, seed: int) -> None:
+def main(path: str, seed: int, checkpoint_every: int = 5) -> None:
     rnd = random.Random(seed)
     store = SQLiteStore(path)
-    s = Session(store, session_id=SESSION)
+    s = Session(store, session_id=SESSION, checkpoint_every=checkpoint_every)
     s.register_tools(TOOLS)
     batch = len(store.load(BATCHES))  # a unique batch number base for this run
     n = 0
@@ -100,4 +101,4 @@ def main(path: str, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), *(int(a) for a in sys.argv[3:4]))

@@ -1,10 +1,12 @@
 """Crash test with real processes: SIGKILL a worker mid-stream, then check the file.
 
 The worker (``tests/_crash_worker.py``) applies random span, tool and raw-batch operations to
-one SQLite store and prints a line after each one returns. The parent kills it with SIGKILL
-after a random number of acknowledgements (so at a random point of whatever it is doing next),
-then checks: the file passes ``PRAGMA integrity_check``; the session reopens; every
-acknowledged operation is there; no span is lost; every journal batch is whole.
+one SQLite store and prints a line after each one returns, saving a checkpoint every few
+journal entries. The parent kills it with SIGKILL after a random number of acknowledgements
+(so at a random point of whatever it is doing next, checkpoint saves included), then checks:
+the file passes ``PRAGMA integrity_check``; the session reopens, from its checkpoint if it has
+one, to the state a full replay of the journal gives; every acknowledged operation is there;
+no span is lost; every journal batch is whole.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from residency import Session, SpanState, SQLiteStore
+from residency import MemoryStore, Session, SpanState, SQLiteStore
 from residency._store._protocol import content_key
 
 from ._crash_worker import BATCHES, SESSION
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLS = 50
+CHECKPOINT_EVERY = 3  # small: checkpoint saves are a good part of what the worker does
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -36,7 +39,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 async def _run_and_kill(db: Path, seed: int, acks_before_kill: int) -> list[dict[str, Any]]:
     """Start a worker, read ``acks_before_kill`` acks, SIGKILL it; every ack it printed."""
     process = await anyio.open_process(
-        [sys.executable, "-m", "tests._crash_worker", str(db), str(seed)], cwd=ROOT, stderr=None
+        [sys.executable, "-m", "tests._crash_worker", str(db), str(seed), str(CHECKPOINT_EVERY)],
+        cwd=ROOT,
+        stderr=None,
     )
     assert process.stdout is not None
     stream = BufferedByteReceiveStream(process.stdout)
@@ -78,7 +83,14 @@ def _check(db: Path, acks: list[dict[str, Any]]) -> None:
 
     store = SQLiteStore(db)
     try:
-        session = Session(store, session_id=SESSION)  # replays every whole batch
+        saved = store.load_checkpoint(SESSION)
+        session = Session(store, session_id=SESSION)  # restores, then replays every whole batch
+        # A checkpoint that survived the kill is whole: it is the one used, and it gives what
+        # replaying the whole journal gives.
+        assert session._restored_seq == (saved[0] if saved else 0)
+        replay = MemoryStore()
+        replay.append(SESSION, store.load(SESSION))
+        assert Session(replay, session_id=SESSION).snapshot() == session.snapshot()
         spans = {r.id: r for r in session.spans()}
         parts: Counter[str] = Counter()
         sizes: dict[str, int] = {}
@@ -129,4 +141,8 @@ async def test_a_sigkilled_worker_never_loses_an_acknowledged_operation(tmp_path
             acknowledged.extend(acks)
             _check(db, acknowledged)
     assert sum(a["op"] == "add" for a in acknowledged) > KILLS
+    store = SQLiteStore(db)
+    saved = store.load_checkpoint(SESSION)
+    store.close()
+    assert saved is not None and saved[0] > len(acknowledged) // 2  # checkpoints were saved throughout
     assert {a["op"] for a in acknowledged} >= {"add", "externalize", "evict", "summarize", "batch"}
