@@ -35,6 +35,8 @@ class Session(ChainOps, ToolOps, SpanOps):
             chain: ``"refuse"`` (default, raises ``ChainCollision``) or ``"warn"`` (logs an event).
         revoke: called once with each credential reference of an archived chain; returns True
             when it revoked the credential. Outcomes are journaled.
+        checkpoint_every: save a checkpoint of the state every this many journal entries, so a
+            reopen replays at most that many (default 5,000; 0: only on ``checkpoint()``).
 
     A Session is not thread-safe: drive it from one thread or task at a time.
     """
