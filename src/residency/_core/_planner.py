@@ -24,11 +24,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from residency._core._lifecycle import ToolState
 from residency._errors import InvalidInput
 
 __all__ = ["Budget", "PlanDecision", "ResidentCall", "ToolStanding", "decide"]
+
+# Bound once: reading an enum member off its class costs a lookup each time, in a loop over
+# every tool on every turn.
+_RESIDENT = ToolState.RESIDENT
+_EVICTED = ToolState.EVICTED
+_TOMBSTONED = ToolState.TOMBSTONED
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +68,12 @@ class Budget:
                 )
 
 
-@dataclass(frozen=True, slots=True)
-class ToolStanding:
-    """What the planner knows of one tool this turn."""
+class ToolStanding(NamedTuple):
+    """What the planner knows of one tool this turn.
+
+    A named tuple, not a frozen dataclass: one is built per registered tool on every turn, and
+    a tuple is built about three times faster.
+    """
 
     name: str
     state: ToolState
@@ -75,8 +85,7 @@ class ToolStanding:
     resident_calls: int
 
 
-@dataclass(frozen=True, slots=True)
-class ResidentCall:
+class ResidentCall(NamedTuple):
     """A call whose arguments are resident, for the argument budget."""
 
     id: str
@@ -140,28 +149,32 @@ def decide(
             left_by_tool[call.tool] = left_by_tool.get(call.tool, 0) + 1
 
     # 2. Cascade: arguments gone means the tombstone is no longer needed.
-    cascade = [
-        t.name
-        for t in tools
-        if t.state is ToolState.TOMBSTONED
-        and t.name in left_by_tool
-        and t.resident_calls - left_by_tool[t.name] == 0
-    ]
+    cascade = (
+        [
+            t.name
+            for t in tools
+            if t.state is _TOMBSTONED
+            and t.name in left_by_tool
+            and t.resident_calls - left_by_tool[t.name] == 0
+        ]
+        if left_by_tool
+        else []
+    )
 
-    # 3. Schema budget.
-    def warm(t: ToolStanding) -> bool:
-        if budget.idle_turns is None:
-            return True
-        return t.last_turn >= 0 and turn - t.last_turn <= budget.idle_turns
-
-    candidates = [
-        t
-        for t in tools
-        if (t.state is ToolState.RESIDENT and (t.pinned or t.in_phase or warm(t)))
-        or (t.state is ToolState.EVICTED and (t.pinned or t.in_phase))
-    ]
-    kept = {t.name for t in candidates}
-    cold = [t.name for t in tools if t.state is ToolState.RESIDENT and t.name not in kept]
+    # 3. Schema budget. One pass: candidates (resident and warm, pinned or in phase; evicted
+    # and pinned or in phase) and the cold resident tools. This runs every turn over every tool.
+    idle = budget.idle_turns
+    candidates: list[ToolStanding] = []
+    cold: list[str] = []
+    for t in tools:
+        state = t.state
+        if state is _RESIDENT:
+            if t.pinned or t.in_phase or idle is None or (t.last_turn >= 0 and turn - t.last_turn <= idle):
+                candidates.append(t)
+            else:
+                cold.append(t.name)
+        elif state is _EVICTED and (t.pinned or t.in_phase):
+            candidates.append(t)
     candidates.sort(key=lambda t: (not t.pinned, not t.in_phase, -t.last_turn, -t.uses, t.name))
     resident: list[str] = []
     dropped: list[str] = []
@@ -175,8 +188,8 @@ def decide(
         else:
             dropped.append(t.name)
     by_name = {t.name: t for t in candidates}
-    restore = [n for n in resident if by_name[n].state is ToolState.EVICTED]
-    prune = cold + [n for n in dropped if by_name[n].state is ToolState.RESIDENT]
+    restore = [n for n in resident if by_name[n].state is _EVICTED]
+    prune = cold + [n for n in dropped if by_name[n].state is _RESIDENT]
     return PlanDecision(
         evict_calls=tuple(evict_calls),
         cascade=tuple(cascade),
