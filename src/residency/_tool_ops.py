@@ -250,11 +250,11 @@ class ToolOps(SessionBase):
         return [self.tombstone_text(n) for n in sorted(self._tombstoned_names())]
 
     def _tombstoned_names(self) -> list[str]:
-        return [
-            n
-            for n, s in self._states.items()
-            if s is ToolState.TOMBSTONED or (s is ToolState.ARCHIVED and self._resident_by_tool.get(n, 0) > 0)
-        ]
+        # Runs over every tool on every turn: the enum members and the lookup are bound once.
+        tombstoned, archived = ToolState.TOMBSTONED, ToolState.ARCHIVED
+        calls = self._resident_by_tool
+        states = self._states.items()
+        return [n for n, s in states if s is tombstoned or (s is archived and calls.get(n, 0) > 0)]
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -456,16 +456,20 @@ class ToolOps(SessionBase):
         if phase is not None and phase not in self._phases:
             raise InvalidInput(f"unknown phase {phase!r}; known: {sorted(self._phases)}", where="phase")
         in_phase = self._phases.get(phase, frozenset()) if phase else frozenset()
+        # One standing per tool on every turn: lookups bound once, fields in ToolStanding's order
+        # (name, state, tokens, pinned, in_phase, last_turn, uses, resident_calls).
+        states, pinned = self._states, self._pinned
+        last_turn, uses, resident_calls = self._last_turn.get, self._uses.get, self._resident_by_tool.get
         standings = [
             ToolStanding(
-                name=n,
-                state=self._states[n],
-                tokens=spec.tokens,
-                pinned=n in self._pinned,
-                in_phase=n in in_phase,
-                last_turn=self._last_turn.get(n, -1),
-                uses=self._uses.get(n, 0),
-                resident_calls=self._resident_by_tool.get(n, 0),
+                n,
+                states[n],
+                spec.tokens,
+                n in pinned,
+                n in in_phase,
+                last_turn(n, -1),
+                uses(n, 0),
+                resident_calls(n, 0),
             )
             for n, spec in self._tools.items()
         ]
@@ -503,7 +507,8 @@ class ToolOps(SessionBase):
             )
         first_event = len(self._events)
         self._commit(*items)
-        shown = tuple(self._tools[n].shown for n in self._tools if self._states[n] is ToolState.RESIDENT)
+        resident, states = ToolState.RESIDENT, self._states
+        shown = tuple(spec.shown for n, spec in self._tools.items() if states[n] is resident)
         return TurnPlan(
             turn=self._turn,
             tools=shown,
