@@ -9,10 +9,20 @@ in the same folder with the same pragmas (WAL, the same ``synchronous`` setting)
   select of the same bytes plus a raw insert of a small row in one durable transaction
   (target <= 3x); its read path alone (``get_content`` with hash verification) against the
   raw select (target <= 3x);
-* ``reopen``: opening the store and replaying the session that holds all N spans, against
-  a raw select of the same journal rows (target <= 3x);
-* ``reopen 100 sessions``: opening a store of 100 sessions and replaying each (seconds), with
-  the same kind of raw select as baseline.
+* ``reopen``: opening the store and the session that holds all N spans with the default
+  configuration: restore its checkpoint, then replay the journal after it. The tail is the
+  worst case, ``DEFAULT_CHECKPOINT_EVERY - 1`` entries (a session saves a checkpoint every
+  ``DEFAULT_CHECKPOINT_EVERY``). Against a raw select of all the session's journal rows, which
+  is what rebuilding the state from raw sqlite3 would have to read (target <= 3x);
+* ``reopen, full replay``: the same store with its checkpoint deleted, so the whole journal is
+  replayed (what a store written before checkpoints, or with an unusable one, costs; no target);
+* ``checkpoint save``: one ``Session.checkpoint()`` of the whole state (encode and durable
+  write), and that cost spread over the ``DEFAULT_CHECKPOINT_EVERY`` entries between two
+  automatic checkpoints. The per-operation figures above are timed with automatic checkpoints
+  off, so this is what the default configuration adds to them;
+* ``reopen 100 sessions``: opening a store of 100 sessions and each session (seconds), with
+  the same kind of raw select as baseline. These sessions are shorter than one checkpoint
+  interval, so each is replayed in full.
 
 Per-operation costs are timed on ``--sample`` spans of a store that holds all ``--spans``;
 setup runs with ``synchronous=NORMAL`` to save time and is not timed.
@@ -33,6 +43,7 @@ from typing import Any
 
 from residency._bench._report import BenchReport
 from residency._session import Session
+from residency._session_base import DEFAULT_CHECKPOINT_EVERY
 from residency._store._protocol import content_key
 from residency._store._sqlite import SQLiteStore
 
@@ -119,7 +130,7 @@ def _spans(report: BenchReport, args: argparse.Namespace, rng: random.Random, fo
     path = folder / "spans.db"
 
     setup = SQLiteStore(path, durability="normal")
-    session = Session(setup, session_id="bench")
+    session = Session(setup, session_id="bench", checkpoint_every=0)
     ids = [session.add_span(t, tags=["diff"], source="bench").id for t in texts]
     setup.close()
 
@@ -131,7 +142,7 @@ def _spans(report: BenchReport, args: argparse.Namespace, rng: random.Random, fo
     raw.execute("COMMIT")
 
     store = SQLiteStore(path, durability=args.durability)
-    session = Session(store, session_id="bench")
+    session = Session(store, session_id="bench", checkpoint_every=0)
 
     def raw_insert(i: int) -> None:
         raw.execute("INSERT INTO content VALUES (?, ?)", (keys[i], blobs[i]))
@@ -139,13 +150,13 @@ def _spans(report: BenchReport, args: argparse.Namespace, rng: random.Random, fo
     externalize, raw_insert_t = _interleaved(sample, lambda i: session.externalize(ids[i]), raw_insert)
     store.close()
     rest = SQLiteStore(path, durability="normal")
-    session = Session(rest, session_id="bench")
+    session = Session(rest, session_id="bench", checkpoint_every=0)
     for span_id in ids[sample:]:
         session.externalize(span_id)
     rest.close()
 
     store = SQLiteStore(path, durability=args.durability)
-    session = Session(store, session_id="bench")
+    session = Session(store, session_id="bench", checkpoint_every=0)
     picked = rng.sample(range(n), sample)
 
     def raw_select(i: int) -> None:
@@ -163,21 +174,47 @@ def _spans(report: BenchReport, args: argparse.Namespace, rng: random.Random, fo
         sample, lambda i: session.restore(ids[picked[i]]), raw_select_write
     )
     read, raw_select_t = _interleaved(sample, lambda i: store.get_content(keys[picked[i]]), raw_select)
+
+    # A checkpoint of the whole state, then the longest tail the default interval leaves.
+    saves = []
+    for k in range(3):
+        session.externalize(ids[picked[k]])
+        start = time.perf_counter()
+        session.checkpoint()
+        saves.append(time.perf_counter() - start)
+    checkpoint_s = statistics.median(saves)
+    checkpoint_bytes = len((store.load_checkpoint("bench") or (0, b""))[1])
+    tail = DEFAULT_CHECKPOINT_EVERY - 1
+    toggled = [ids[picked[k]] for k in range(3, min(sample, 53))] or ids[:1]
+    for k in range(tail):
+        span_id = toggled[(k // 2) % len(toggled)]
+        if k % 2:
+            session.restore(span_id)
+        else:
+            session.externalize(span_id)
+    entries = session._seq
     store.close()
 
-    def reopen() -> None:
-        s = SQLiteStore(path, durability=args.durability)
+    def reopen(at: Path = path) -> None:
+        s = SQLiteStore(at, durability=args.durability)
         Session(s, session_id="bench")
         s.close()
 
-    def raw_journal() -> None:
-        conn = sqlite3.connect(path)
+    def raw_journal(at: Path = path) -> None:
+        conn = sqlite3.connect(at)
         conn.execute("SELECT op, data, at FROM journal WHERE session_id = 'bench' ORDER BY seq").fetchall()
         conn.close()
 
+    replayed = folder / "replayed.db"
+    shutil.copyfile(path, replayed)
+    with sqlite3.connect(replayed) as conn:
+        conn.execute("DELETE FROM checkpoints")
+    conn.close()
+
     reopen_s = _median_time(reopen)
     raw_reopen_s = _median_time(raw_journal)
-    entries = n + n + sample
+    replay_s = _median_time(lambda: reopen(replayed))
+    raw_replay_s = _median_time(lambda: raw_journal(replayed))
     raw.close()
 
     def ratio(name: str, ours: float, base: float) -> None:
@@ -187,8 +224,11 @@ def _spans(report: BenchReport, args: argparse.Namespace, rng: random.Random, fo
     ratio("externalize / raw insert", externalize, raw_insert_t)
     ratio("restore / raw select+insert", restore, raw_select_write_t)
     ratio("restore read / raw select", read, raw_select_t)
-    ratio(f"reopen {n:,} spans / raw select", reopen_s, raw_reopen_s)
-    report.add("reopen per journal entry", reopen_s / entries * 1e6, "us")
+    ratio(f"reopen {n:,} spans (checkpoint + {tail:,} entries) / raw select", reopen_s, raw_reopen_s)
+    report.add(f"reopen {n:,} spans, full replay / raw select", replay_s / raw_replay_s, "x")
+    report.add("full replay per journal entry", replay_s / entries * 1e6, "us")
+    report.add(f"checkpoint save at {n:,} spans", checkpoint_s * 1e3, "ms")
+    report.add("checkpoint save per journal entry", checkpoint_s / DEFAULT_CHECKPOINT_EVERY * 1e6, "us")
     report.data["spans"] = {
         "spans": n,
         "bytes_per_span": args.size,
@@ -205,6 +245,12 @@ def _spans(report: BenchReport, args: argparse.Namespace, rng: random.Random, fo
         },
         "reopen_s": reopen_s,
         "raw_journal_select_s": raw_reopen_s,
+        "reopen_tail_entries": tail,
+        "full_replay_s": replay_s,
+        "raw_journal_select_full_replay_file_s": raw_replay_s,
+        "checkpoint_every": DEFAULT_CHECKPOINT_EVERY,
+        "checkpoint_save_s": checkpoint_s,
+        "checkpoint_bytes": checkpoint_bytes,
     }
 
 
