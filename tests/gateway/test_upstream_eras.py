@@ -10,11 +10,12 @@ import pytest
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.server.mcpserver import MCPServer
 
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._connection import ListChangedServer, connection_of
 from residency._gateway._upstream import in_process_era
-from tests.gateway.conftest import running
+from tests.gateway.conftest import agent, running, text
 
 pytestmark = pytest.mark.anyio
 
@@ -63,10 +64,14 @@ def reloads(gw: Gateway) -> list[anyio.Event]:
 
 
 def test_the_era_is_chosen_by_where_a_server_can_announce_tool_changes() -> None:
-    plain = Server("plain", on_list_tools=lambda ctx, params: types.ListToolsResult(tools=[]))
+    async def no_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[])
+
+    plain = Server("plain", on_list_tools=no_tools)
     assert in_process_era(plain) == "modern"  # it announces nothing in either era
     assert in_process_era(HandshakeOnlyUpstream().server) == "legacy"
     assert in_process_era(IncidentDesk().server) == "modern"  # it serves subscriptions/listen
+    assert in_process_era(MCPServer("high-level")) == "legacy"  # as before: no capability probing
 
 
 async def test_a_listen_stream_change_reloads_the_gateway_without_being_asked() -> None:
@@ -93,3 +98,16 @@ async def test_an_upstream_that_announces_changes_only_in_the_handshake_era_is_s
         with anyio.fail_after(5):
             await done[0].wait()
         assert gw.catalog.get("beta") is not None
+
+
+async def test_a_high_level_mcpserver_upstream_is_served_in_the_handshake_era() -> None:
+    hl = MCPServer("high-level")
+
+    @hl.tool()
+    def shout(text: str) -> str:
+        """Upper-case the text."""
+        return text.upper()
+
+    async with running({"pinned": ["shout"]}, upstreams={"hl": hl}) as gw, agent(gw, "legacy") as a:
+        assert gw.upstreams["hl"].protocol_version != MODERN
+        assert text(await a.call("shout", {"text": "hi"})) == "HI"

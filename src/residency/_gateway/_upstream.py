@@ -288,12 +288,15 @@ class Upstream:
         )
 
 
-def in_process_era(server: Server[Any]) -> str:
+def in_process_era(server: object) -> str:
     """The era the gateway speaks to an in-process upstream in: ``"modern"`` or ``"legacy"``.
 
     Modern unless the server would announce tool changes only in the handshake era (it
-    advertises ``tools.listChanged`` there but serves no ``subscriptions/listen``).
+    advertises ``tools.listChanged`` there but serves no ``subscriptions/listen``). Anything
+    but a low-level ``Server`` (an ``MCPServer``, say) keeps the handshake era.
     """
+    if not isinstance(server, Server):
+        return "legacy"
     legacy = server.create_initialization_options().capabilities
     modern = server.get_capabilities(protocol_version=LATEST_MODERN_VERSION)
     if _tools_change(legacy) and not _tools_change(modern):
