@@ -14,7 +14,10 @@ Figures, each against a baseline measured in the same run:
   straight from the upstream.
 
 The upstream is the bench's own: an ``echo`` tool plus padding tools taken from the dev corpus
-(synthetic ones without it), so the call path measures the hop, not the tool. Run
+(synthetic ones without it), so the call path measures the hop, not the tool. The client's hop
+is the same on both sides (in-process, same era, same number of sessions, warm-up excluded);
+behind the gateway, the second hop is however the gateway speaks to that upstream: the
+2026-07-28 era for this in-process one (see ``residency._gateway._upstream``). Run
 ``python -m residency._bench.gateway --serve-upstream stdio|http [--port N] [--tools N]`` to
 serve it on its own.
 """
@@ -382,7 +385,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def _run(args: argparse.Namespace) -> BenchReport:
     report = BenchReport("gateway")
-    report.data["era"] = "handshake (mode='legacy'); client-side caching off"
+    report.data["era"] = (
+        "client: handshake (mode='legacy'), client-side caching off; gateway to an in-process "
+        "upstream: 2026-07-28"
+    )
     seconds: dict[str, float] = {}
     report.data["seconds"] = seconds
     parts: list[tuple[str, Callable[[BenchReport, argparse.Namespace, Path], Awaitable[None]]]] = [
