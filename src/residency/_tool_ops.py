@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import SchemaError as JSONSchemaError
-from jsonschema.exceptions import ValidationError, best_match
+from jsonschema.exceptions import ValidationError
 
 from residency._core._events import Event, EventKind
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
@@ -33,6 +33,7 @@ from residency._core._tools import (
     nesting_depth,
     parse_tool,
 )
+from residency._core._validation import ArgumentValidator, scan_arguments
 from residency._errors import (
     ArgumentsInvalid,
     CallRefused,
@@ -283,16 +284,15 @@ class ToolOps(SessionBase):
             raise ToolNotResident(self.tombstone_text(name), tool=name)
         if not isinstance(arguments, Mapping):
             raise ArgumentsInvalid(f"{name}: arguments must be a JSON object", tool=name, path="$")
-        if nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
+        depth, plain = scan_arguments(arguments, MAX_ARGUMENT_DEPTH)
+        if depth > MAX_ARGUMENT_DEPTH:
             raise ArgumentsInvalid(
                 f"{name}: arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels", tool=name, path="$"
             )
         validator = self._validators.get(name)
         if validator is None:
-            schema = spec.input_schema
-            validator = jsonschema.validators.validator_for(schema)(schema)
-            self._validators[name] = validator
-        error = best_match(validator.iter_errors(dict(arguments)))
+            validator = self._validators[name] = ArgumentValidator(spec.input_schema)
+        error = validator.first_error(arguments if plain else dict(arguments), plain=plain)
         if error is not None:
             path = _error_path(error)
             raise ArgumentsInvalid(
@@ -331,6 +331,25 @@ class ToolOps(SessionBase):
             raise InvalidInput(
                 f"call arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels", where="arguments"
             )
+        return self._record(name, arguments)
+
+    def admit_call(self, name: str, arguments: Mapping[str, Any]) -> CallRecord:
+        """``authorize_call`` then ``record_call``, checking the arguments once.
+
+        What a gateway does with a call it is about to forward.
+
+        Returns:
+            The call record.
+
+        Raises:
+            NotFound, ToolNotResident, ToolArchived, ArgumentsInvalid, ChainCollision: as
+                ``authorize_call`` (the refusal is logged; nothing is recorded).
+            InvalidInput: arguments that are not JSON.
+        """
+        self.authorize_call(name, arguments)
+        return self._record(name, arguments)
+
+    def _record(self, name: str, arguments: Mapping[str, Any]) -> CallRecord:
         try:
             text = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
         except (TypeError, ValueError) as exc:
@@ -585,7 +604,9 @@ def _schema_problem(schema_json: str) -> str | None:
     and sessions of one gateway register the same upstream tools again and again."""
     schema = json.loads(schema_json)
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(
+            schema
+        )
     except JSONSchemaError as exc:
         return f"'{'/'.join(str(p) for p in exc.path)}': {exc.message}"
     return None

@@ -228,7 +228,9 @@ class Gateway:
         try:
             parsed = parse_tool(tool, where=f"{server} tool")
             schema = parsed["inputSchema"]
-            jsonschema.validators.validator_for(schema).check_schema(schema)
+            jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(
+                schema
+            )
         except (ResidencyError, jsonschema.SchemaError) as exc:
             logger.warning(
                 "upstream %s: skipping a malformed tool: %s", server, self.secrets.redact(str(exc))
