@@ -44,6 +44,9 @@ DEFAULT_CHECKPOINT_EVERY = 5_000
 
 logger = logging.getLogger("residency")
 
+# Journal operations that never change what a session shows (see ``SessionBase.revision``).
+_QUIET_OPS = frozenset({"call", "turn", "refuse"})
+
 
 class SessionBase:
     """Journal, clock, turn counter and event log. Not used on its own: see ``Session``."""
@@ -82,6 +85,7 @@ class SessionBase:
         caches = self._checkpoint_caches()
         self._layout = tuple(name for name in vars(self) if name not in before and name not in caches)
         self._seq = 0  # the last journal entry applied
+        self._revision = 0  # see ``revision``
         self._checkpoint_seq = 0  # the entry covered by the newest checkpoint this session knows
         self._restored_seq = 0  # the checkpoint this session was opened from (0: a full replay)
         self._next_checkpoint = checkpoint_every  # the entry after which one is saved automatically
@@ -146,6 +150,17 @@ class SessionBase:
         return self._store
 
     @property
+    def revision(self) -> int:
+        """A number that changes whenever what the session shows may have changed.
+
+        Tool registrations and states, tombstones and spans: any journaled change but three,
+        which leave it alone: recording a call (only a resident tool can be called), opening a
+        turn that changes nothing, and refusing a call. A host can keep its rendered tool list
+        while the revision stays the same. It counts from 0 each time the session is opened.
+        """
+        return self._revision
+
+    @property
     def turn(self) -> int:
         """The current turn (0 before the first ``plan_turn``)."""
         return self._turn
@@ -195,6 +210,8 @@ class SessionBase:
             )
         self._at = entry.at
         handler(entry.data)
+        if entry.op not in _QUIET_OPS:
+            self._revision += 1
 
     # -- checkpoints -------------------------------------------------------------------------
 

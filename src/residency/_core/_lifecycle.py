@@ -200,13 +200,13 @@ class Lifecycle(Generic[S]):
             return self.states(dest)
         raise self._refusal(state, trigger, record, facts)
 
-    def _refusal(
-        self, state: S, trigger: str, record: str, facts: Mapping[str, bool]
-    ) -> IllegalTransition:
+    def _refusal(self, state: S, trigger: str, record: str, facts: Mapping[str, bool]) -> IllegalTransition:
         rows = self._rows.get((state, trigger), ())
         fields = {"kind": self.kind, "record": record, "state": state.value, "trigger": trigger}
-        if self.guarded_fact and facts.get(self.guarded_fact) and any(
-            self.is_ghost_target(r.dest) for r in rows
+        if (
+            self.guarded_fact
+            and facts.get(self.guarded_fact)
+            and any(self.is_ghost_target(r.dest) for r in rows)
         ):
             return GhostToolError(
                 f"{self.kind} {record!r}: {trigger} would withhold its schema while arguments of "

@@ -438,20 +438,24 @@ class Gateway:
     ) -> types.CallToolResult:
         s = gs.session
         entry = self.catalog.get(name)
-        if entry is None and name not in s.tools():
-            raise MCPError(
-                code=types.INVALID_PARAMS,
-                message=f"unknown tool {name!r}: use {meta.SEARCH_TOOLS} to find tools",
-                data={"reason": "not_found", "type": "NotFound", "tool": name},
-            )
-        try:
-            s.authorize_call(name, arguments)
-        except ResidencyError as exc:
-            return call_outcome(exc, self.secrets)
         if entry is None:
+            if name not in s.tools():
+                raise MCPError(
+                    code=types.INVALID_PARAMS,
+                    message=f"unknown tool {name!r}: use {meta.SEARCH_TOOLS} to find tools",
+                    data={"reason": "not_found", "type": "NotFound", "tool": name},
+                )
+            # Known to the session but gone upstream: a refusal still reads as one.
+            try:
+                s.authorize_call(name, arguments)
+            except ResidencyError as exc:
+                return call_outcome(exc, self.secrets)
             failure = UpstreamFailure(f"{name}: no upstream offers this tool any more", server="")
             return error_result(failure, self.secrets)
-        record = s.record_call(name, arguments)
+        try:
+            record = s.admit_call(name, arguments)
+        except ResidencyError as exc:
+            return call_outcome(exc, self.secrets)
         extra_meta[CALL_META_KEY] = record.id
         try:
             result = await self.upstreams[entry.server].call(entry.upstream_name, arguments)
@@ -465,9 +469,11 @@ class Gateway:
         if not isinstance(ids, list):
             return
         gs.host_applies_evictions = True
-        known = [i for i in ids if isinstance(i, str) and i in {c.id for c in gs.session.resident_calls()}]
+        s = gs.session
+        # Ids this session never issued are ignored; already-evicted ones change nothing.
+        known = [i for i in ids if isinstance(i, str) and _is_call(s, i)]
         if known:
-            gs.session.evict_arguments(*known)
+            s.evict_arguments(*known)
 
     async def _announce(
         self, gs: GatewaySession, before: View, *, current: ServerRequestContext[Any, Any] | None
@@ -533,6 +539,14 @@ class Gateway:
     ) -> types.SubscriptionsListenResult:
         gs = self._request_session(ctx)
         return await gs.listen(ctx, params)
+
+
+def _is_call(session: Session, call_id: str) -> bool:
+    try:
+        session.call(call_id)
+    except NotFound:
+        return False
+    return True
 
 
 def _version() -> str:

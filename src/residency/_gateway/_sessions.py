@@ -43,11 +43,18 @@ class GatewaySession:
         self.listen = ListenHandler(bus)
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self.host_applies_evictions = False
+        self._view: tuple[int, Catalog, View] | None = None
 
     def view(self, catalog: Catalog) -> View:
+        """What the client sees, made again only when the session's revision or the catalog moved."""
         s = self.session
+        known = self._view
+        if known is not None and known[0] == s.revision and known[1] is catalog:
+            return known[2]
         resident = tuple(n for n in s.tools(ToolState.RESIDENT) if n in catalog)
-        return resident, tuple(s.tombstones())
+        view = resident, tuple(s.tombstones())
+        self._view = (s.revision, catalog, view)
+        return view
 
     def resident_definitions(self, catalog: Catalog) -> list[tuple[str, str, JSONObject]]:
         """``(name, hash, shown)`` of the resident tools still offered upstream (shown: minified)."""

@@ -19,14 +19,16 @@ class MemoryStore:
         self._content: dict[str, bytes] = {}
 
     def append(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+        # Kept as given; ``load`` numbers them (entries are immutable, so nothing can change).
         journal = self._journals.setdefault(session_id, [])
-        last = len(journal)
-        journal.extend(JournalEntry(e.op, e.data, e.at, last + i) for i, e in enumerate(entries, 1))
+        journal.extend(entries)
         return len(journal)
 
     def load(self, session_id: str, after: int = 0) -> list[JournalEntry]:
         # Sequence numbers are 1, 2, ... with no gaps: entry ``seq`` sits at index ``seq - 1``.
-        return self._journals.get(session_id, [])[max(after, 0) :]
+        start = max(after, 0)
+        kept = self._journals.get(session_id, [])[start:]
+        return [JournalEntry(e.op, e.data, e.at, seq) for seq, e in enumerate(kept, start + 1)]
 
     def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
         if (

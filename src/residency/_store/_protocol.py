@@ -14,6 +14,7 @@ blob is missing, stale or unreadable.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -98,8 +99,6 @@ class SystemClock:
     """The wall clock."""
 
     def now(self) -> float:
-        import time
-
         return time.time()
 
 
