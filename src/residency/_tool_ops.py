@@ -12,7 +12,7 @@ import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonschema
 from jsonschema.exceptions import SchemaError as JSONSchemaError
@@ -88,12 +88,26 @@ _EVENT_OF = {
 }
 
 
+class _Steady(NamedTuple):
+    """The last steady turn: what it was planned under and what it showed."""
+
+    revision: int
+    budget: Budget
+    phase: str | None
+    warm_until: int | None
+    tools: tuple[JSONObject, ...]
+    tombstones: tuple[str, ...]
+    schema_tokens: int
+
+
 class ToolOps(SessionBase):
     """Tool registration, the call record, the tool lifecycle and turn planning."""
 
     # Compiled validators are rebuilt on first use; minified definitions made ahead of a commit
     # are consumed by it.
-    _CHECKPOINT_CACHES = frozenset({"_validators", "_shown_ahead"})
+    _CHECKPOINT_CACHES = frozenset({"_validators", "_shown_ahead", "_steady"})
+    _STEADY_PLANS: bool = True
+    """Whether a turn after a steady one is planned in O(1) (tests turn it off to compare)."""
 
     def __init__(
         self,
@@ -126,6 +140,7 @@ class ToolOps(SessionBase):
         self._resident_by_tool: dict[str, int] = {}
         self._argument_total = 0
         self._validators: dict[str, Any] = {}
+        self._steady: _Steady | None = None
 
     # -- registration ------------------------------------------------------------------------
 
@@ -474,6 +489,27 @@ class ToolOps(SessionBase):
             raise InvalidInput("plan_turn needs a Budget", where="budget")
         if phase is not None and phase not in self._phases:
             raise InvalidInput(f"unknown phase {phase!r}; known: {sorted(self._phases)}", where="phase")
+        steady = self._steady
+        if (
+            steady is not None
+            and steady.revision == self._revision
+            and steady.budget == budget
+            and steady.phase == phase
+            and self._argument_total <= budget.argument_tokens
+            and (steady.warm_until is None or self._turn + 1 <= steady.warm_until)
+        ):
+            # Nothing can have changed since a steady turn (see ``PlanDecision.steady``): only
+            # the turn opens. Tool states are the same, so are the tools and tombstones shown.
+            self._commit(("turn", {"turn": self._turn + 1, "phase": phase}))
+            return TurnPlan(
+                turn=self._turn,
+                tools=steady.tools,
+                tombstones=steady.tombstones,
+                evictions=(),
+                events=(),
+                schema_tokens=steady.schema_tokens,
+                argument_tokens=self._argument_total,
+            )
         in_phase = self._phases.get(phase, frozenset()) if phase else frozenset()
         # One standing per tool on every turn: lookups bound once, fields in ToolStanding's order
         # (name, state, tokens, pinned, in_phase, last_turn, uses, resident_calls).
@@ -528,7 +564,7 @@ class ToolOps(SessionBase):
         self._commit(*items)
         resident, states = ToolState.RESIDENT, self._states
         shown = tuple(spec.shown for n, spec in self._tools.items() if states[n] is resident)
-        return TurnPlan(
+        plan = TurnPlan(
             turn=self._turn,
             tools=shown,
             tombstones=tuple(self.tombstones()),
@@ -537,6 +573,14 @@ class ToolOps(SessionBase):
             schema_tokens=decision.schema_tokens,
             argument_tokens=self._argument_total,
         )
+        self._steady = (
+            _Steady(
+                self._revision, budget, phase, decision.warm_until, shown, plan.tombstones, plan.schema_tokens
+            )
+            if decision.steady and self._STEADY_PLANS
+            else None
+        )
+        return plan
 
     def _apply_budget(self, data: Mapping[str, Any]) -> None:
         self._event(

@@ -5,7 +5,8 @@ Figures, each against a baseline measured in the same run:
 * ``tools/call`` latency through the gateway against calling the same upstream directly, p50
   and p99, at 1 and 10 concurrent sessions (in-process ``mcp.Client``, handshake era;
   targets: p50 <= 2.5x and p99 <= 3x the direct call), and at 1 session in the 2026-07-28 era
-  (reported, no target);
+  (reported, no target), and at 1 session with 1,000 upstream tools in the catalog (reported:
+  a quiet turn is planned in constant time, so the ratio should not move);
 * the same over stdio and streamable HTTP, where the gateway is a ``residency serve``
   subprocess in front of an upstream subprocess, against a client talking to that upstream
   subprocess over the same transport (reported, no target: two process hops against one);
@@ -141,12 +142,13 @@ async def _timed_calls(clients: Sequence[Client], calls: int) -> list[float]:
 
 
 async def _paired(
-    direct: ClientFactory, gated: ClientFactory, sessions: int, calls: int, rounds: int = 4
+    direct: ClientFactory, gated: ClientFactory, sessions: int, calls: int, rounds: int = 20
 ) -> tuple[list[float], list[float]]:
     """Direct and gated latencies: ``sessions`` clients each, ``calls`` timed calls per client.
 
     Both sets of clients are opened and warmed up first (a session opens on its first call),
-    then measured in alternating rounds so that drift hits both alike. Objects alive by then
+    then measured in alternating short rounds (``rounds`` of each, ``calls / rounds`` calls per
+    client in each), so that drift on a shared machine hits both alike. Objects alive by then
     (modules, tool models, the gateway) are moved out of the collector's sight: otherwise the
     first full collection scans the whole import-time heap and lands a one-off pause of tens of
     milliseconds on whichever round it hits.
@@ -236,6 +238,18 @@ async def _in_process(report: BenchReport, args: argparse.Namespace) -> None:
             lambda: Client(upstream, cache=None), lambda: Client(gateway.server, cache=None), 1, args.calls
         )
         _report_pair(report, "in-process 1 session 2026-07-28", direct, gated, targets=False)
+    # A session's planning must not grow with the catalog: the same call with 1,000 upstream tools.
+    many = upstream_server(args.list_tools - 1)
+    async with Gateway(config, upstreams={"up": many}) as gateway:
+        direct, gated = await _paired(
+            lambda: Client(many, mode="legacy", cache=None),
+            lambda: Client(gateway.server, mode="legacy", cache=None),
+            1,
+            args.calls,
+        )
+        _report_pair(
+            report, f"in-process 1 session, {args.list_tools} upstream tools,", direct, gated, targets=False
+        )
 
 
 async def _tools_list(report: BenchReport, args: argparse.Namespace) -> None:

@@ -106,6 +106,11 @@ class PlanDecision:
         schema_tokens: tokens of the resident set.
         argument_tokens: tokens of the arguments still resident.
         over_budget: pinned tools alone exceed the schema budget.
+        steady: nothing changes and every candidate fit: until a tool changes state, the
+            phase or budget changes, arguments overflow their budget or ``warm_until`` passes,
+            every later turn decides nothing as well (see ``ToolOps.plan_turn``).
+        warm_until: the last turn on which every tool kept only for being warm still is;
+            None when no tool is kept for that alone.
     """
 
     evict_calls: tuple[str, ...]
@@ -116,6 +121,8 @@ class PlanDecision:
     schema_tokens: int
     argument_tokens: int
     over_budget: bool
+    steady: bool = False
+    warm_until: int | None = None
 
 
 def decide(
@@ -190,6 +197,11 @@ def decide(
     by_name = {t.name: t for t in candidates}
     restore = [n for n in resident if by_name[n].state is _EVICTED]
     prune = cold + [n for n in dropped if by_name[n].state is _RESIDENT]
+    # Calls only make tools warmer and everything fits in any order, so this holds until the
+    # first warm-only tool would go cold.
+    steady = not (evict_calls or cascade or restore or prune or dropped or over_budget)
+    warm = [t.last_turn for t in candidates if not (t.pinned or t.in_phase)]
+    warm_until = min(warm) + idle if warm and idle is not None else None
     return PlanDecision(
         evict_calls=tuple(evict_calls),
         cascade=tuple(cascade),
@@ -199,4 +211,6 @@ def decide(
         schema_tokens=used,
         argument_tokens=argument_total,
         over_budget=over_budget,
+        steady=steady,
+        warm_until=warm_until,
     )
