@@ -46,6 +46,11 @@ def test_a_standard_config_with_a_residency_section_loads() -> None:
         ('{"mcpServers": {"r": {"url": "ftp://host/mcp"}}}', "mcpServers.r.url", 1),
         ('{"mcpServers": {"a": {"command": "x", "env": {"K": 5}}}}', "mcpServers.a.env.K", 1),
         ('{"mcpServers": {}, "residency": {"store": "postgres://db"}}', "residency.store", 1),
+        (
+            '{"mcpServers": {}, "residency": {"read_only": ["a"],\n "mutating": ["a"]}}',
+            "residency.mutating",
+            2,
+        ),
     ],
 )
 def test_a_malformed_config_names_the_file_key_and_line(text: str, where: str, line: int) -> None:

@@ -188,3 +188,20 @@ async def test_a_tombstone_change_is_announced_to_subscribers_of_the_tombstones_
         assert gw.session(a.key).state("update_incident") is ToolState.TOMBSTONED
         updated = [n for n in a.notifications if isinstance(n, types.ResourceUpdatedNotification)]
         assert updated and str(updated[0].params.uri) == "residency://tombstones"
+
+
+async def test_read_only_and_mutating_overrides_replace_what_the_annotations_say() -> None:
+    overrides = {"read_only": ["update_incident"], "mutating": ["get_incident"]}
+    async with running(overrides, desk=IncidentDesk()) as gw, agent(gw, "legacy") as a:
+        listed = {t.name: t for t in await a.tools()}
+        shown = listed["get_incident"].annotations
+        assert shown is not None and shown.read_only_hint is False
+        shown = listed["update_incident"].annotations
+        assert shown is not None and shown.read_only_hint is True and shown.destructive_hint is False
+        table = {row["name"]: row for row in json.loads(await a.read("residency://tools"))}
+        assert table["get_incident"]["mutation"] is True
+        assert table["update_incident"]["mutation"] is False
+        # The tombstone says what kind of tool it withholds.
+        await a.use("get_incident", {"incident_id": "INC-2"})
+        gw.session(a.key).tombstone("get_incident")
+        assert "get_incident: mutation tool schema withheld" in await a.read("residency://tombstones")

@@ -20,7 +20,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from residency._core._planner import Budget
 from residency._errors import ConfigError
@@ -89,6 +97,14 @@ class ResidencySettings(_Strict):
     token: SecretStr | None = None
     read_only: tuple[str, ...] = ()
     mutating: tuple[str, ...] = ()
+
+    @field_validator("mutating")
+    @classmethod
+    def _not_both(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        both = sorted(set(value) & set(info.data.get("read_only", ())))
+        if both:
+            raise ValueError(f"a tool cannot be both read-only and mutating; also in read_only: {both}")
+        return value
 
     @field_validator("store")
     @classmethod
