@@ -192,6 +192,19 @@ def test_phase_tools_are_brought_back_and_ranked_first() -> None:
     assert s.state("read") is ToolState.EVICTED
 
 
+def test_a_re_expanded_tool_outranks_the_phase_until_the_agent_had_a_turn_to_call_it() -> None:
+    s = Session(phases={"edit": ["write"]})
+    s.register_tools(TOOLS)
+    budget = Budget(schema_tokens=s.tool("write").tokens, argument_tokens=0)
+    s.plan_turn(budget, phase="edit")
+    assert s.state("read") is ToolState.EVICTED
+    s.reexpand("read")
+    plan = s.plan_turn(budget, phase="edit")
+    assert plan.tool_names == ("read",)  # asked for in the turn just ended: kept over the phase
+    plan = s.plan_turn(budget, phase="edit")
+    assert plan.tool_names == ("write",)  # not called: the phase wins again
+
+
 def test_pinned_tools_stay_even_over_budget_and_the_excess_is_an_event() -> None:
     s = Session(pinned=["write"])
     s.register_tools(TOOLS)

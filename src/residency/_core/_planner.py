@@ -9,8 +9,10 @@ Order matters, and it is the order that keeps ghost tools from being made:
    no tombstone any more: it is evicted.
 3. Schema budget. Pinned tools always stay (pinned or active-phase tools that were evicted
    come back). The other candidates are the warm tools: registered, called, re-expanded or
-   found within the last ``idle_turns`` turns. They are ranked by active phase, recency, then frequency,
-   and kept while they fit. The budget is a ceiling, not a target: a tool nobody has asked
+   found within the last ``idle_turns`` turns. They are ranked: first what the agent used or
+   asked for in the turn just ended (a re-expanded tool must survive until it is called, or
+   the agent re-expands it forever), then the active phase, recency, frequency; and kept
+   while they fit. The budget is a ceiling, not a target: a tool nobody has asked
    for stays out (it is still found by search and re-expanded on demand), which is what
    deferred loading saves. The others are pruned.
 4. A pruned tool whose arguments are still resident is tombstoned, never silently dropped. The
@@ -182,7 +184,10 @@ def decide(
                 cold.append(t.name)
         elif state is _EVICTED and (t.pinned or t.in_phase):
             candidates.append(t)
-    candidates.sort(key=lambda t: (not t.pinned, not t.in_phase, -t.last_turn, -t.uses, t.name))
+    just_used = turn - 1
+    candidates.sort(
+        key=lambda t: (not t.pinned, t.last_turn < just_used, not t.in_phase, -t.last_turn, -t.uses, t.name)
+    )
     resident: list[str] = []
     dropped: list[str] = []
     used = 0
