@@ -161,6 +161,11 @@ class SessionBase:
         return self._revision
 
     @property
+    def phase(self) -> str | None:
+        """The phase the current turn was planned in (None: no phase)."""
+        return self._phase
+
+    @property
     def turn(self) -> int:
         """The current turn (0 before the first ``plan_turn``)."""
         return self._turn

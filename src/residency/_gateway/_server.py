@@ -30,6 +30,11 @@ gets no argument budget, unless the host takes part: a host that sends
 ``_meta["residency/evicted_calls"]`` (call ids it dropped; each forwarded result names its call
 id in ``_meta["residency/call"]``) gets the configured argument budget and the planner's
 evictions in ``_meta["residency/evict"]``.
+
+Phases (the config's ``phases``) favour their tools while active. The agent's own calls select
+one: a forwarded call to a tool outside the active phase activates the first configured phase
+that has it. A host that knows better sends ``_meta["residency/phase"]`` (a phase name; ``""`` or
+null for none) on a ``tools/call``; from then on it alone chooses that session's phase.
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ logger = logging.getLogger("residency.gateway")
 CALL_META_KEY = "residency/call"
 EVICTED_META_KEY = "residency/evicted_calls"
 EVICT_META_KEY = "residency/evict"
+PHASE_META_KEY = "residency/phase"
 _UNBOUNDED = 1 << 62
 
 
@@ -154,6 +160,11 @@ class Gateway:
             self.upstreams[name] = Upstream(
                 name, target, timeout=call_timeout, on_tools_changed=self._upstream_changed
             )
+        # The phase a call to each tool selects: the first configured phase that has it.
+        self._phase_of: dict[str, str] = {}
+        for phase, names in settings.phases.items():
+            for name in names:
+                self._phase_of.setdefault(name, phase)
         overrides: dict[str, dict[str, bool]] = {}
         for name in settings.read_only:
             overrides[name] = {"readOnlyHint": True, "destructiveHint": False}
@@ -403,6 +414,7 @@ class Gateway:
         s = gs.session
         name = params.name
         arguments: JSONObject = dict(params.arguments or {})
+        phase = self._host_phase(gs, ctx)
         self._host_evictions(gs, ctx)
         before = gs.view(self.catalog)
         extra_meta: JSONObject = {}
@@ -410,8 +422,10 @@ class Gateway:
             result = self._meta_call(gs, name, arguments)
         else:
             result = await self._forward(gs, name, arguments, extra_meta)
+            if CALL_META_KEY in extra_meta and not gs.host_sets_phase:
+                phase = self._phase_after_call(phase, name)
         try:
-            plan = s.plan_turn(self._turn_budget(gs))
+            plan = s.plan_turn(self._turn_budget(gs), phase=phase)
         except ResidencyError as exc:
             raise to_mcp_error(exc, self.secrets) from None
         if gs.host_applies_evictions and plan.evictions:
@@ -462,6 +476,39 @@ class Gateway:
         except UpstreamFailure as exc:
             return error_result(exc, self.secrets)
         return result
+
+    def _host_phase(self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The phase this turn is planned in: the host's choice if it sent one, else the session's.
+
+        Raises:
+            MCPError: the host named a phase the config does not define (nothing is changed).
+        """
+        meta_in: Mapping[str, Any] = ctx.meta if isinstance(ctx.meta, dict) else {}
+        phases = self.config.residency.phases
+        if PHASE_META_KEY not in meta_in:
+            current = gs.session.phase
+            return current if current in phases else None  # a phase dropped from the config ends
+        chosen = meta_in[PHASE_META_KEY]
+        if chosen == "":
+            chosen = None  # some SDKs drop nulls from _meta: an empty name also means none
+        if chosen is not None and (not isinstance(chosen, str) or chosen not in phases):
+            known = sorted(phases)
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=(
+                    f'_meta[{PHASE_META_KEY!r}] must name a configured phase, or be "" for none; '
+                    f"known: {known}"
+                ),
+                data={"reason": "unknown_phase", "type": "InvalidInput", "phases": known},
+            )
+        gs.host_sets_phase = True
+        return chosen
+
+    def _phase_after_call(self, phase: str | None, tool: str) -> str | None:
+        """The agent's call selects the phase: the active one if it has the tool, else the first that does."""
+        if phase is not None and tool in self.config.residency.phases.get(phase, ()):
+            return phase
+        return self._phase_of.get(tool, phase)
 
     def _host_evictions(self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> None:
         meta_in = ctx.meta if isinstance(ctx.meta, dict) else {}

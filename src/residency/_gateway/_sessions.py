@@ -43,6 +43,7 @@ class GatewaySession:
         self.listen = ListenHandler(bus)
         self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self.host_applies_evictions = False
+        self.host_sets_phase = False
         self._view: tuple[int, Catalog, View] | None = None
 
     def view(self, catalog: Catalog) -> View:
