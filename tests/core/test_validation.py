@@ -157,15 +157,24 @@ def test_schemas_with_keywords_read_differently_are_left_to_the_reference(schema
     assert not ArgumentValidator(schema).compiled
 
 
-def test_property_names_and_data_that_look_like_keywords_do_not_matter() -> None:
+def test_property_names_that_look_like_keywords_do_not_matter() -> None:
     schema = {
         "type": "object",
         "properties": {"pattern": {"type": "string"}, "multipleOf": {"type": "integer"}},
-        "default": {"pattern": "x"},
-        "enum": [{"multipleOf": 2}],
+        "required": ["pattern"],
+        "$defs": {"patternProperties": {"type": "string"}},
     }
     assert unsafe_reason(schema) is None
     assert ArgumentValidator(schema).compiled
+
+
+def test_data_a_reference_could_point_into_is_read_as_schema() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/default/x"}},
+        "default": {"x": {"pattern": "^a"}},
+    }
+    assert unsafe_reason(schema) is not None
 
 
 def test_scanning_arguments_measures_depth_and_plainness() -> None:

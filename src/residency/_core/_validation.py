@@ -45,16 +45,15 @@ UNSAFE_KEYWORDS = frozenset({"pattern", "patternProperties", "multipleOf", "$dyn
 
 # Keywords whose value maps names to schemas: the names are not keywords.
 _NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
-# Keywords whose value is data, not schema.
-_DATA = frozenset({"enum", "const", "default", "examples", "description", "title", "$comment"})
 _EXACT = 2**53
 
 
 def unsafe_reason(schema: object) -> str | None:
     """Why the compiled validator must not judge ``schema`` (None: it may).
 
-    Conservative: anything that might be a keyword is treated as one. Iterative, so a deeply
-    nested schema cannot exhaust the stack.
+    Conservative: anything that might be a keyword is treated as one, also inside data such as
+    ``enum`` or ``default`` (a ``$ref`` may point there). Iterative, so a deeply nested schema
+    cannot exhaust the stack.
     """
     stack: list[object] = [schema]
     while stack:
@@ -71,8 +70,6 @@ def unsafe_reason(schema: object) -> str | None:
         for key, value in node.items():
             if key in UNSAFE_KEYWORDS:
                 return f"it uses {key!r}"
-            if key in _DATA:
-                continue
             if key in _NAMED_SCHEMAS and isinstance(value, Mapping):
                 stack.extend(value.values())
             elif key == "dependencies" and isinstance(value, Mapping):
