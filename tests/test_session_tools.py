@@ -205,6 +205,24 @@ def test_a_re_expanded_tool_outranks_the_phase_until_the_agent_had_a_turn_to_cal
     assert plan.tool_names == ("write",)  # not called: the phase wins again
 
 
+def test_the_revision_moves_when_what_is_shown_may_change_and_only_then() -> None:
+    s = Session()
+    s.register_tools(TOOLS)
+    budget = Budget(schema_tokens=10_000, argument_tokens=10_000)
+    s.plan_turn(budget)
+    quiet = s.revision
+    record = s.admit_call("write", {"path": "x"})
+    with pytest.raises(ArgumentsInvalid):
+        s.authorize_call("write", {"path": 1})
+    s.plan_turn(budget)
+    assert s.revision == quiet  # a call, a refusal and a turn that changes nothing
+    s.prune("write")
+    assert s.revision > quiet
+    moved = s.revision
+    s.evict_arguments(record.id)
+    assert s.revision > moved
+
+
 def test_pinned_tools_stay_even_over_budget_and_the_excess_is_an_event() -> None:
     s = Session(pinned=["write"])
     s.register_tools(TOOLS)

@@ -6,7 +6,8 @@ Figures, each against a baseline measured in the same run:
   and p99, at 1 and 10 concurrent sessions (in-process ``mcp.Client``, handshake era;
   targets: p50 <= 2.5x and p99 <= 3x the direct call), and at 1 session in the 2026-07-28 era
   (reported, no target), and at 1 session with 1,000 upstream tools in the catalog (reported:
-  a quiet turn is planned in constant time, so the ratio should not move);
+  a quiet turn is planned in constant time, so the ratio should not move); the floor beside
+  them: a bare proxy that forwards through the same SDK and does nothing else (reported);
 * the same over stdio and streamable HTTP, where the gateway is a ``residency serve``
   subprocess in front of an upstream subprocess, against a client talking to that upstream
   subprocess over the same transport (reported, no target: two process hops against one);
@@ -49,6 +50,7 @@ from residency._bench._corpus import numbered_tools
 from residency._bench._report import BenchReport
 from residency._gateway._config import parse_config
 from residency._gateway._server import Gateway
+from residency._gateway._upstream import in_process_era
 
 SUMMARY = "gateway overhead: tools/call p50/p99 against the upstream direct, 1 and 10 sessions; tools/list"
 SMALL_ARGS = ["--calls", "200", "--wire-calls", "40", "--list-repeat", "3"]
@@ -171,7 +173,13 @@ async def _paired(
 
 
 def _report_pair(
-    report: BenchReport, label: str, direct: list[float], gated: list[float], *, targets: bool
+    report: BenchReport,
+    label: str,
+    direct: list[float],
+    gated: list[float],
+    *,
+    targets: bool,
+    through: str = "gateway",
 ) -> None:
     d50, d99 = percentile(direct, 0.5), percentile(direct, 0.99)
     g50, g99 = percentile(gated, 0.5), percentile(gated, 0.99)
@@ -179,25 +187,25 @@ def _report_pair(
     report.data[label] = {
         "direct_p50_ms": d50 * 1e3,
         "direct_p99_ms": d99 * 1e3,
-        "gateway_p50_ms": g50 * 1e3,
-        "gateway_p99_ms": g99 * 1e3,
+        f"{through}_p50_ms": g50 * 1e3,
+        f"{through}_p99_ms": g99 * 1e3,
         "samples": len(gated),
     }
     report.add(
-        f"{label} call p50 gateway/direct",
+        f"{label} call p50 {through}/direct",
         r50,
         "x",
         "<= 2.5x" if targets else "",
         r50 <= 2.5 if targets else None,
     )
     report.add(
-        f"{label} call p99 gateway/direct",
+        f"{label} call p99 {through}/direct",
         r99,
         "x",
         "<= 3x" if targets else "",
         r99 <= 3.0 if targets else None,
     )
-    report.add(f"{label} call p50 through the gateway", g50 * 1e3, "ms")
+    report.add(f"{label} call p50 through the {through}", g50 * 1e3, "ms")
 
 
 async def _list_latency(make_client: ClientFactory, repeat: int) -> tuple[float, int]:
@@ -238,6 +246,21 @@ async def _in_process(report: BenchReport, args: argparse.Namespace) -> None:
             lambda: Client(upstream, cache=None), lambda: Client(gateway.server, cache=None), 1, args.calls
         )
         _report_pair(report, "in-process 1 session 2026-07-28", direct, gated, targets=False)
+    # The floor: a bare proxy that forwards every call through the same SDK, in the era the
+    # gateway speaks to this upstream, and does nothing else.
+    async with Client(
+        upstream, mode="auto" if in_process_era(upstream) == "modern" else "legacy", cache=None
+    ) as hop:
+        proxy = _bare_proxy(hop)
+        direct, proxied = await _paired(
+            lambda: Client(upstream, mode="legacy", cache=None),
+            lambda: Client(proxy, mode="legacy", cache=None),
+            1,
+            args.calls,
+        )
+        _report_pair(
+            report, "in-process 1 session, bare SDK proxy,", direct, proxied, targets=False, through="proxy"
+        )
     # A session's planning must not grow with the catalog: the same call with 1,000 upstream tools.
     many = upstream_server(args.list_tools - 1)
     async with Gateway(config, upstreams={"up": many}) as gateway:
@@ -250,6 +273,20 @@ async def _in_process(report: BenchReport, args: argparse.Namespace) -> None:
         _report_pair(
             report, f"in-process 1 session, {args.list_tools} upstream tools,", direct, gated, targets=False
         )
+
+
+def _bare_proxy(hop: Client) -> Server[Any]:
+    """A low-level server that forwards ``tools/list`` and ``tools/call`` to ``hop``, and nothing else."""
+
+    async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return await hop.list_tools()
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        with anyio.move_on_after(_RUN_TIMEOUT):
+            return await hop.call_tool(params.name, params.arguments)
+        raise RuntimeError("the bare proxy's upstream did not answer")
+
+    return Server("residency-bench-proxy", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 async def _tools_list(report: BenchReport, args: argparse.Namespace) -> None:
