@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -217,7 +217,7 @@ def serve_params(*args: str, env: Mapping[str, str] | None = None) -> StdioServe
 def desk_config(tmp_path: Path) -> Path:
     """A config with the desk as a stdio upstream and a budget that tombstones update_incident."""
     config = {
-        "mcpServers": {"desk": {"command": sys.executable, "args": ["-m", "residency._gateway._demo"]}},
+        "mcpServers": {"desk": {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}},
         "residency": {"budget": {"schema_tokens": 700}, "minify": "compact"},
     }
     path = tmp_path / "desk.json"
@@ -410,6 +410,68 @@ async def test_the_inspector_cannot_get_a_tombstoned_tool_forwarded_until_it_is_
         done = inspector_result(await inspector(target, peer_env, *call))
         assert done.get("isError") is not True, done
         assert json.loads(done["content"][0]["text"])["severity"] == "SEV-1"
+
+
+def pinned_desk_config(tmp_path: Path, schema: str) -> Path:
+    """The desk serving ``update_incident`` at ``schema`` (v1 or v2), with that tool pinned."""
+    desk = {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio", "--schema", schema]}
+    config = {"mcpServers": {"desk": desk}, "residency": {"pinned": [WITHHELD], "minify": "compact"}}
+    path = tmp_path / f"desk-{schema}.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+V1_UPDATE = {"incident_id": "INC-7", "severity": "SEV-2", "assignee_id": "u-42", "notify": True}
+
+
+@TRANSPORTS
+async def test_the_inspector_calls_a_pinned_tool_redefined_upstream_and_the_gateway_refuses_it(
+    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+) -> None:
+    """Seed 000 with a third-party client.
+
+    update_incident is called under its v1 definition; the gateway restarts on an upstream that
+    serves v2 while those arguments are still in the transcript. The 2026-07-28 list is the
+    same for every session, so the pinned tool is still listed: the Inspector calls it, and the
+    gateway refuses with the tombstone instead of forwarding, until it is re-expanded.
+    """
+    key = "inspector-redefined"
+    store = ("--store", sqlite_url(tmp_path / "sessions.db"))
+    v1 = ("--config", str(pinned_desk_config(tmp_path, "v1")), *store)
+    v2 = ("--config", str(pinned_desk_config(tmp_path, "v2")), *store)
+    with anyio.fail_after(PEER_TIMEOUT):
+        if transport == "stdio":
+            async with Client(serve_params(*v1, "--session", key), mode="legacy") as client:
+                first = await caller(client)(WITHHELD, V1_UPDATE)
+        else:
+            async with http_gateway(tmp_path, *v1) as url, Client(url, mode="legacy") as client:
+                first = await caller(client, key)(WITHHELD, V1_UPDATE)
+    assert not first.is_error, text_of(first)
+
+    async with AsyncExitStack() as stack:
+        if transport == "stdio":
+            target = Target.stdio(tmp_path, *v2, "--session", key)
+        else:
+            target = Target.http(await stack.enter_async_context(http_gateway(tmp_path, *v2)), key)
+        listed = inspector_result(await inspector(target, peer_env, "--method", "tools/list", era="modern"))
+        assert WITHHELD in {t["name"] for t in listed["tools"]}
+
+        call = ["--method", "tools/call", "--tool-name", WITHHELD, "--tool-args-json", json.dumps(UPDATE)]
+        refused = (await inspector(target, peer_env, *call, era="modern")).json()["result"]
+        assert refused["isError"] is True, refused
+        text = refused["content"][0]["text"]
+        assert text.startswith(f"{WITHHELD}: mutation tool schema withheld"), text
+        assert refused["_meta"]["residency/error"]["reason"] == "tool_not_resident"
+
+        reexpand = ["--method", "tools/call", "--tool-name", "reexpand_tools"]
+        names = json.dumps({"names": [WITHHELD]})
+        expanded = inspector_result(
+            await inspector(target, peer_env, *reexpand, "--tool-args-json", names, era="modern")
+        )
+        assert expanded.get("isError") is not True, expanded
+        done = inspector_result(await inspector(target, peer_env, *call, era="modern"))
+        assert done.get("isError") is not True, done
+        assert json.loads(done["content"][0]["text"])["assignee"] == {"id": "u-42"}
 
 
 @dataclass(frozen=True)

@@ -310,19 +310,28 @@ def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-async def serve_stdio() -> None:
-    """Serve the desk on stdin/stdout: ``python -m residency._gateway._demo``.
+async def serve_stdio(schema: str = "v2") -> None:
+    """Serve the desk on stdin/stdout: ``python -m residency._gateway._desk_stdio [--schema v1|v2]``.
 
-    Lets a gateway config put the desk behind any policy as an ordinary stdio upstream.
+    Lets a gateway config put the desk behind any policy as an ordinary stdio upstream; with
+    ``--schema v1`` it serves ``update_incident`` as it was before the migration, so a gateway
+    restarted on the other version sees the definition change.
     """
     from mcp.server.stdio import stdio_server
 
-    desk = IncidentDesk()
+    desk = IncidentDesk(schema)
     async with stdio_server() as (read, write):
         await desk.server.run(read, write, desk.server.create_initialization_options())
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
     import anyio
 
-    anyio.run(serve_stdio)
+    parser = argparse.ArgumentParser(
+        prog="python -m residency._gateway._desk_stdio", description=serve_stdio.__doc__
+    )
+    parser.add_argument("--schema", choices=["v1", "v2"], default="v2", help="update_incident's version")
+    args = parser.parse_args(argv)
+    anyio.run(serve_stdio, args.schema)
