@@ -223,6 +223,34 @@ def test_the_revision_moves_when_what_is_shown_may_change_and_only_then() -> Non
     assert s.revision > moved
 
 
+def test_turn_plans_are_journaled_relaxed_and_calls_durably() -> None:
+    class Recording(MemoryStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: list[tuple[str, list[str]]] = []
+
+        def append(self, session_id: str, entries: Any) -> int:
+            self.writes.append(("durable", [e.op for e in entries]))
+            return super().append(session_id, entries)
+
+        def append_relaxed(self, session_id: str, entries: Any) -> int:
+            self.writes.append(("relaxed", [e.op for e in entries]))
+            return MemoryStore.append(self, session_id, entries)
+
+    store = Recording()
+    s = Session(store)
+    s.register_tools(TOOLS)
+    s.admit_call("write", {"path": "x"})
+    s.plan_turn(Budget(schema_tokens=0, argument_tokens=0))  # prunes and evicts: a full plan
+    s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=10_000))
+    relaxed = [ops for how, ops in store.writes if how == "relaxed"]
+    durable = [ops for how, ops in store.writes if how == "durable"]
+    assert relaxed and all(ops[0] == "turn" for ops in relaxed)
+    assert any("evict_arguments" in ops for ops in relaxed)
+    assert ["register"] in durable and ["call"] in durable
+    assert all("call" not in ops for ops in relaxed)
+
+
 def test_pinned_tools_stay_even_over_budget_and_the_excess_is_an_event() -> None:
     s = Session(pinned=["write"])
     s.register_tools(TOOLS)

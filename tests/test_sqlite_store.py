@@ -85,6 +85,28 @@ def test_an_append_is_all_or_nothing(db: Path) -> None:
     assert [e.data for e in store.load("s")] == [{"turn": 1}]
 
 
+@pytest.mark.parametrize("durability", ["full", "normal"])
+def test_a_relaxed_append_is_ordered_whole_and_leaves_the_durability_as_it_was(
+    db: Path, durability: str
+) -> None:
+    store = SQLiteStore(db, durability=durability)  # type: ignore[arg-type]
+    assert store.append("s", [JournalEntry("call", {"n": 1}, 1.0)]) == 1
+    assert (
+        store.append_relaxed("s", [JournalEntry("turn", {"n": 2}, 2.0), JournalEntry("turn", {"n": 3}, 2.0)])
+        == 3
+    )
+    with pytest.raises(StoreError):
+        store.append_relaxed(
+            "s", [JournalEntry("turn", {"n": 4}, 3.0), JournalEntry("bad", {"x": object()}, 3.0)]
+        )
+    assert store.append("s", [JournalEntry("call", {"n": 4}, 4.0)]) == 4
+    assert [(e.seq, e.data["n"]) for e in store.load("s")] == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    conn = store._conn  # the setting is per connection: read it where the store writes
+    assert conn is not None
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == {"full": 2, "normal": 1}[durability]
+    store.close()
+
+
 def test_content_is_immutable_and_addressed_by_its_hash(db: Path) -> None:
     store = SQLiteStore(db)
     key = store.put_content(b"original bytes")

@@ -90,6 +90,8 @@ class SessionBase:
         self._restored_seq = 0  # the checkpoint this session was opened from (0: a full replay)
         self._next_checkpoint = checkpoint_every  # the entry after which one is saved automatically
         self._sole_writer = True  # False once another writer appended to this session
+        relaxed = getattr(self._store, "append_relaxed", None)
+        self._append_relaxed = relaxed if callable(relaxed) else self._store.append
         self._keeps_checkpoints = callable(getattr(self._store, "save_checkpoint", None)) and callable(
             getattr(self._store, "load_checkpoint", None)
         )
@@ -178,11 +180,16 @@ class SessionBase:
 
     # -- journal -----------------------------------------------------------------------------
 
-    def _commit(self, *items: tuple[str, Mapping[str, Any]]) -> None:
-        """Write ``(op, data)`` items ahead to the journal, then apply them."""
+    def _commit(self, *items: tuple[str, Mapping[str, Any]], relaxed: bool = False) -> None:
+        """Write ``(op, data)`` items ahead to the journal, then apply them.
+
+        ``relaxed``: the items may be lost on a power loss until the next commit (see the Store
+        protocol); only for items whose loss leaves a more cautious state.
+        """
         at = self._clock.now()
         entries = [JournalEntry(op, data, at) for op, data in items]
-        last = self._store.append(self._session_id, entries)
+        append = self._append_relaxed if relaxed else self._store.append
+        last = append(self._session_id, entries)
         expected = self._seq + len(entries)
         if isinstance(last, int) and last != expected:
             # Someone else appended to this session's journal: this object's state no longer

@@ -500,7 +500,7 @@ class ToolOps(SessionBase):
         ):
             # Nothing can have changed since a steady turn (see ``PlanDecision.steady``): only
             # the turn opens. Tool states are the same, so are the tools and tombstones shown.
-            self._commit(("turn", {"turn": self._turn + 1, "phase": phase}))
+            self._commit(("turn", {"turn": self._turn + 1, "phase": phase}), relaxed=True)
             return TurnPlan(
                 turn=self._turn,
                 tools=steady.tools,
@@ -561,7 +561,9 @@ class ToolOps(SessionBase):
                 ("budget", {"schema_tokens": decision.schema_tokens, "budget": budget.schema_tokens})
             )
         first_event = len(self._events)
-        self._commit(*items)
+        # Relaxed: losing a plan to a power loss leaves a more cautious state (arguments still
+        # thought visible, a tool shown again), never a ghost; the next recorded call syncs it.
+        self._commit(*items, relaxed=True)
         resident, states = ToolState.RESIDENT, self._states
         shown = tuple(spec.shown for n, spec in self._tools.items() if states[n] is resident)
         plan = TurnPlan(

@@ -5,6 +5,12 @@ a batch at a time) before it is applied, and reopening a session replays the jou
 content store is content-addressed: the key is the sha256 of the bytes, writing the same bytes
 twice is a no-op, and every read verifies the hash.
 
+Some entries may be appended *relaxed* (``append_relaxed``): a process crash loses nothing,
+but a power loss may lose them until the next ordinary append, which makes everything before
+it durable too. Sessions use it only for entries whose loss leaves a more cautious state (the
+turn plan: a tool shown again, arguments thought still visible), never for a recorded call.
+A store without ``append_relaxed`` gets ordinary appends.
+
 A store also keeps one *checkpoint* per session: an opaque blob holding the session's state
 after journal entry ``seq``. It is derived data, never the source of truth: a session restores
 it and replays only the entries after ``seq``, and falls back to the whole journal when the
@@ -46,6 +52,14 @@ class Store(Protocol):
 
     def append(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
         """Append entries to a session's journal, all or none (durable on return).
+
+        Returns:
+            The sequence number of the session's last entry after the append.
+        """
+
+    def append_relaxed(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+        """``append``, all or none and in order, durable against a process crash but not yet
+        against a power loss: the next ``append`` makes it durable (optional; see above).
 
         Returns:
             The sequence number of the session's last entry after the append.

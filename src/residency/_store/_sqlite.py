@@ -34,6 +34,11 @@ per operation (about 0.3 ms on the disk where it was measured: fine for a turn-p
 measured by ``residency bench spans``); pass ``durability="normal"`` for bulk imports or
 throwaway sessions where losing the last moments on power loss is acceptable.
 
+``append_relaxed`` commits one transaction at ``synchronous=NORMAL`` on a FULL store: sessions
+journal their turn plans that way, since losing a plan leaves a more cautious state (a tool
+shown again, arguments thought still visible) and never a ghost tool. The next ordinary
+``append`` syncs it with everything before it, so a gateway call costs one fsync, not two.
+
 Every read of content verifies its sha256; every sqlite3 error is translated to a
 ``StoreError`` naming the file, so a broken, foreign or truncated file never surfaces a raw
 sqlite3 traceback.
@@ -114,6 +119,7 @@ class SQLiteStore:
                 f"durability must be 'full' or 'normal', not {durability!r}", where="durability"
             )
         self._path = str(path)
+        self._durability = durability
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         parent = Path(self._path).parent
@@ -250,6 +256,20 @@ class SQLiteStore:
             StoreError: an entry's data is not JSON, or the file cannot be written. Nothing
                 is appended.
         """
+        return self._append(session_id, entries, relaxed=False)
+
+    def append_relaxed(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+        """``append`` without the fsync: committed to the WAL, synced by the next ``append``.
+
+        WAL frames are written in order and a sync covers every frame before it, so a relaxed
+        transaction is either lost whole, together with every relaxed one after it, or kept.
+
+        Raises:
+            StoreError: as ``append``.
+        """
+        return self._append(session_id, entries, relaxed=True)
+
+    def _append(self, session_id: str, entries: Sequence[JournalEntry], *, relaxed: bool) -> int:
         rows = []
         for entry in entries:
             try:
@@ -263,22 +283,29 @@ class SQLiteStore:
                     "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
                 ).fetchone()
                 return int(last)
-            conn.execute("BEGIN IMMEDIATE")
+            relax = relaxed and self._durability == "full"
+            if relax:
+                conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                (last,) = conn.execute(
-                    "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
-                ).fetchone()
-                if last == 0:
-                    conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
-                conn.executemany(
-                    "INSERT INTO journal (session_id, seq, op, data, at) VALUES (?, ?, ?, ?, ?)",
-                    [(session_id, last + i, op, data, at) for i, (op, data, at) in enumerate(rows, 1)],
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    (last,) = conn.execute(
+                        "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
+                    ).fetchone()
+                    if last == 0:
+                        conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
+                    conn.executemany(
+                        "INSERT INTO journal (session_id, seq, op, data, at) VALUES (?, ?, ?, ?, ?)",
+                        [(session_id, last + i, op, data, at) for i, (op, data, at) in enumerate(rows, 1)],
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            finally:
+                if relax:
+                    conn.execute("PRAGMA synchronous = FULL")
         return int(last) + len(rows)
 
     def load(self, session_id: str, after: int = 0) -> list[JournalEntry]:
