@@ -7,7 +7,8 @@ Figures, each against a baseline measured in the same run:
   targets: p50 <= 2.5x and p99 <= 3x the direct call), and at 1 session in the 2026-07-28 era
   (reported, no target), and at 1 session with 1,000 upstream tools in the catalog (reported:
   a quiet turn is planned in constant time, so the ratio should not move); the floor beside
-  them: a bare proxy that forwards through the same SDK and does nothing else (reported);
+  them: a bare proxy that forwards through the same SDK and does nothing else (reported); and
+  with sessions in a SQLite store, one fsync per call (reported: it depends on the disk);
 * the same over stdio and streamable HTTP, where the gateway is a ``residency serve``
   subprocess in front of an upstream subprocess, against a client talking to that upstream
   subprocess over the same transport (reported, no target: two process hops against one);
@@ -261,6 +262,20 @@ async def _in_process(report: BenchReport, args: argparse.Namespace) -> None:
         _report_pair(
             report, "in-process 1 session, bare SDK proxy,", direct, proxied, targets=False, through="proxy"
         )
+    # Sessions on disk: a SQLite store syncs every recorded call (one fsync per call; the turn
+    # plan rides along relaxed). The ratio depends on the disk.
+    with tempfile.TemporaryDirectory(prefix="residency-bench-") as tmp:
+        on_disk = parse_config(
+            _config({"pinned": [ECHO], "store": f"sqlite:///{tmp}/sessions.db"}), source="<bench>"
+        )
+        async with Gateway(on_disk, upstreams={"up": upstream}) as gateway:
+            direct, gated = await _paired(
+                lambda: Client(upstream, mode="legacy", cache=None),
+                lambda: Client(gateway.server, mode="legacy", cache=None),
+                1,
+                max(1, args.calls // 4),
+            )
+            _report_pair(report, "in-process 1 session, SQLite store,", direct, gated, targets=False)
     # A session's planning must not grow with the catalog: the same call with 1,000 upstream tools.
     many = upstream_server(args.list_tools - 1)
     async with Gateway(config, upstreams={"up": many}) as gateway:
