@@ -63,7 +63,7 @@ def unsafe_reason(schema: object) -> str | None:
             continue
         if isinstance(node, (int, float)) and not isinstance(node, bool):
             if not math.isfinite(node) or abs(node) > _EXACT:
-                return f"the number {node!r} is beyond exact double precision"
+                return f"the number {node!r} is not exact as a double (beyond 2**53 or not finite)"
             continue
         if not isinstance(node, Mapping):
             continue
