@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 import pytest
@@ -26,7 +26,9 @@ UPDATE = {"incident_id": "INC-2", "severity": "SEV-2", "notify": False}
 async def call_in_phase(
     a: Agent, name: str, arguments: dict[str, Any], phase: object
 ) -> types.CallToolResult:
-    return await a.client.call_tool(name, arguments, meta={**a.meta, PHASE_META_KEY: phase})
+    # _meta carries keys of our own beside the SDK's typed ones.
+    meta = cast(types.RequestParamsMeta, {**a.meta, PHASE_META_KEY: phase})
+    return await a.client.call_tool(name, arguments, meta=meta)
 
 
 async def test_a_call_to_a_phase_tool_activates_its_phase_and_brings_its_tools_back(era: str) -> None:
