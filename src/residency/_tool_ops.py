@@ -30,7 +30,6 @@ from residency._core._tools import (
     canonical_json,
     definition_hash,
     is_mutation,
-    nesting_depth,
     parse_tool,
 )
 from residency._core._validation import ArgumentValidator, scan_arguments
@@ -104,7 +103,7 @@ class ToolOps(SessionBase):
     """Tool registration, the call record, the tool lifecycle and turn planning."""
 
     # Compiled validators are rebuilt on first use; minified definitions made ahead of a commit
-    # are consumed by it.
+    # are consumed by it; the last steady turn is only a shortcut for the next plan.
     _CHECKPOINT_CACHES = frozenset({"_validators", "_shown_ahead", "_steady"})
     _STEADY_PLANS: bool = True
     """Whether a turn after a steady one is planned in O(1) (tests turn it off to compare)."""
@@ -342,7 +341,8 @@ class ToolOps(SessionBase):
             raise ToolNotResident(self.tombstone_text(name), tool=name)
         if not isinstance(arguments, Mapping):
             raise InvalidInput("call arguments must be a JSON object", where="arguments")
-        if nesting_depth(arguments) > MAX_ARGUMENT_DEPTH:
+        depth, _ = scan_arguments(arguments, MAX_ARGUMENT_DEPTH)
+        if depth > MAX_ARGUMENT_DEPTH:
             raise InvalidInput(
                 f"call arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels", where="arguments"
             )

@@ -22,7 +22,6 @@ __all__ = [
     "ToolSpec",
     "MAX_ARGUMENT_DEPTH",
     "canonical_json",
-    "nesting_depth",
     "definition_hash",
     "is_mutation",
     "parse_tool",
@@ -129,26 +128,3 @@ def parse_tool(raw: object, *, where: str = "tools") -> JSONObject:
 
 MAX_ARGUMENT_DEPTH = 64
 """Deepest nesting of call arguments accepted (real tool arguments rarely pass 6)."""
-
-
-def nesting_depth(obj: object, limit: int = MAX_ARGUMENT_DEPTH) -> int:
-    """How deeply ``obj`` nests objects and arrays, counting stops past ``limit``.
-
-    Iterative, so a hostile payload cannot exhaust the interpreter's stack.
-    """
-    deepest = 0
-    stack: list[tuple[object, int]] = [(obj, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            children: Any = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            continue
-        depth += 1
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        stack.extend((child, depth) for child in children)
-    return deepest

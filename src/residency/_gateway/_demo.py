@@ -29,7 +29,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from residency._core._tools import JSONObject
 from residency._gateway._connection import ListChangedServer, connection_of, is_modern
 
-__all__ = ["SCENARIO_READS", "IncidentDesk", "desk_tools", "serve_stdio"]
+__all__ = ["SCENARIO_READS", "IncidentDesk", "desk_tools", "main", "serve_stdio"]
 
 SCENARIO_READS: tuple[tuple[str, JSONObject], ...] = (
     ("get_timeline", {"incident_id": "INC-7"}),
