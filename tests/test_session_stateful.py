@@ -166,9 +166,9 @@ class SessionMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         # The journal alone reproduces the session, and replaying twice equals replaying once.
-        once = Session(self.store, pinned=[PINNED]).snapshot()
+        once = Session(self.store, session_id=self.session.session_id, pinned=[PINNED]).snapshot()
         assert once == self.session.snapshot()
-        assert Session(self.store, pinned=[PINNED]).snapshot() == once
+        assert Session(self.store, session_id=self.session.session_id, pinned=[PINNED]).snapshot() == once
 
 
 TestSession = SessionMachine.TestCase

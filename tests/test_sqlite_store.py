@@ -11,6 +11,7 @@ from residency import (
     Budget,
     ConfigError,
     IntegrityError,
+    InvalidInput,
     JournalEntry,
     MemoryStore,
     NotFound,
@@ -318,3 +319,22 @@ def test_a_current_store_missing_its_checkpoints_table_is_refused(db: Path) -> N
     raw.close()
     with pytest.raises(StoreError):
         SQLiteStore(db)
+
+
+def test_sessions_opened_without_an_id_never_share_a_journal_and_resuming_is_explicit(db: Path) -> None:
+    store = SQLiteStore(db)
+    first, second = Session(store), Session(store)
+    assert first.session_id != second.session_id
+    first.register_tools(incident_tools())
+    assert second.tools() == []
+    store.close()
+
+    reopened = SQLiteStore(db)
+    resumed = Session(reopened, session_id=first.session_id, resume=True)
+    assert resumed.tools() == first.tools()
+    with pytest.raises(NotFound):
+        Session(reopened, session_id="never-opened", resume=True)
+    assert Session(reopened, session_id="never-opened").tools() == []  # naming a new id starts it
+    with pytest.raises(InvalidInput):
+        Session(reopened, resume=True)  # resume what?
+    reopened.close()

@@ -22,9 +22,12 @@ class Session(ChainOps, ToolOps, SpanOps):
         ('ping',)
 
     Args:
-        store: where the journal lives (``MemoryStore()`` when omitted). Reopening a session id
-            on the same store replays its journal.
-        session_id: the session's id in the store.
+        store: where the journal lives (``MemoryStore()`` when omitted).
+        session_id: the session's id in the store. Omitted: a new session with a fresh id
+            (``session_id`` tells it), so two Sessions on one store never share a journal by
+            accident. Named: that session, resumed from its journal when the store holds one.
+        resume: require the named session to exist in the store (``NotFound`` if it does not),
+            for code that means to continue a session rather than start one.
         clock: where time is read (the wall clock when omitted).
         minify: how a resident tool is shown to the model (``minify_tool`` at the compact
             level when omitted: validation-equivalent, shorter prose).

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import uuid
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from residency._core._events import Event, EventKind
-from residency._errors import ConfigError, StoreError
+from residency._errors import ConfigError, InvalidInput, NotFound, StoreError
 from residency._store._checkpoint import columns, decode_checkpoint, encode_checkpoint, from_columns
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Clock, JournalEntry, Store, SystemClock
@@ -48,6 +49,11 @@ logger = logging.getLogger("residency")
 _QUIET_OPS = frozenset({"call", "turn", "refuse"})
 
 
+def new_session_id() -> str:
+    """A fresh, unique session id (``session-`` and 16 hex digits)."""
+    return f"session-{uuid.uuid4().hex[:16]}"
+
+
 class SessionBase:
     """Journal, clock, turn counter and event log. Not used on its own: see ``Session``."""
 
@@ -58,13 +64,17 @@ class SessionBase:
         self,
         store: Store | None = None,
         *,
-        session_id: str = "default",
+        session_id: str | None = None,
         clock: Clock | None = None,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        resume: bool = False,
     ) -> None:
+        if resume and session_id is None:
+            raise InvalidInput("resume=True needs the session_id to resume", where="session_id")
+        if session_id is None:
+            # No id: a new session. Resuming one is always explicit (its id is named).
+            session_id = new_session_id()
         if not isinstance(session_id, str) or not session_id:
-            from residency._errors import InvalidInput
-
             raise InvalidInput("session_id must be a non-empty string", where="session_id")
         if (
             isinstance(checkpoint_every, bool)
@@ -106,6 +116,8 @@ class SessionBase:
             self._replaying = False
             if collecting:
                 gc.enable()
+        if resume and self._seq == 0:
+            raise NotFound(f"the store holds no session {session_id!r} to resume")
 
     def _open(self) -> None:
         restored = self._restore_checkpoint()

@@ -45,7 +45,10 @@ from residency._errors import (
 from residency._session_base import DEFAULT_CHECKPOINT_EVERY, SessionBase
 from residency._tokens import count_tokens, tokenizer_name
 
-__all__ = ["CallGuard", "ToolOps", "TurnPlan"]
+__all__ = ["IMPLICIT_REEXPANSION", "CallGuard", "ToolOps", "TurnPlan"]
+
+IMPLICIT_REEXPANSION = "implicit re-expansion: called with arguments valid against the full schema"
+"""The reason journaled when ``admit_call(reexpand_evicted=True)`` re-expands an evicted tool."""
 
 CallGuard = Callable[[str, JSONObject], None]
 """A check run by ``authorize_call`` after the schema check; raises ``CallRefused`` to refuse."""
@@ -112,13 +115,14 @@ class ToolOps(SessionBase):
         self,
         store: Any = None,
         *,
-        session_id: str = "default",
+        session_id: str | None = None,
         clock: Any = None,
         minify: Callable[[JSONObject], JSONObject] | None = None,
         pinned: Iterable[str] = (),
         phases: Mapping[str, Iterable[str]] | None = None,
         reexpand_tool: str = "reexpand_tools",
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        resume: bool = False,
     ) -> None:
         self._minify: Callable[[JSONObject], JSONObject] = minify if minify is not None else minify_tool
         self._shown_ahead: dict[str, JSONObject] = {}
@@ -126,7 +130,9 @@ class ToolOps(SessionBase):
         self._phases = {k: frozenset(v) for k, v in (phases or {}).items()}
         self._reexpand_tool = reexpand_tool
         self._guards: list[CallGuard] = []
-        super().__init__(store, session_id=session_id, clock=clock, checkpoint_every=checkpoint_every)
+        super().__init__(
+            store, session_id=session_id, clock=clock, checkpoint_every=checkpoint_every, resume=resume
+        )
 
     def _init_state(self) -> None:
         super()._init_state()
@@ -255,8 +261,10 @@ class ToolOps(SessionBase):
                 f"re-expansion is not possible (an operator must re-admit it)."
             )
         kind = "mutation tool" if self._spec(name).mutation else "tool"
+        # Only a tool whose earlier arguments are still visible has arguments to go stale.
+        stale = "; earlier arguments may be stale" if self._resident_by_tool.get(name, 0) > 0 else ""
         return (
-            f"{name}: {kind} schema withheld; earlier arguments may be stale. "
+            f"{name}: {kind} schema withheld{stale}. "
             f'Call {self._reexpand_tool} with names=["{name}"] before calling it.'
         )
 
@@ -289,12 +297,13 @@ class ToolOps(SessionBase):
             self._commit(("refuse", {"tool": refusal.tool, "reason": str(refusal)}))
             raise
 
-    def _check_call(self, name: str, arguments: Mapping[str, Any]) -> None:
+    def _check_call(self, name: str, arguments: Mapping[str, Any], *, implicit: bool = False) -> None:
+        """The checks of ``authorize_call``; ``implicit``: an evicted tool about to be re-expanded."""
         spec = self._spec(name)
         state = self._states[name]
         if state is ToolState.ARCHIVED:
             raise ToolArchived(self.tombstone_text(name), tool=name)
-        if state is not ToolState.RESIDENT:
+        if state is not ToolState.RESIDENT and not (implicit and state is ToolState.EVICTED):
             raise ToolNotResident(self.tombstone_text(name), tool=name)
         if not isinstance(arguments, Mapping):
             raise ArgumentsInvalid(f"{name}: arguments must be a JSON object", tool=name, path="$")
@@ -309,9 +318,14 @@ class ToolOps(SessionBase):
         error = validator.first_error(arguments if plain else dict(arguments), plain=plain)
         if error is not None:
             path = _error_path(error)
+            if implicit:
+                # The model never saw this schema in the list: give it now, so one retry can fix the call.
+                schema = json.dumps(spec.input_schema, separators=(",", ":"), ensure_ascii=False)
+                hint = f"Its full input schema: {schema}"
+            else:
+                hint = f"The full schema is available from {self._reexpand_tool}."
             raise ArgumentsInvalid(
-                f"{name}: invalid arguments at {path}: {error.message}. "
-                f"The full schema is available from {self._reexpand_tool}.",
+                f"{name}: invalid arguments at {path}: {error.message}. {hint}",
                 tool=name,
                 path=path,
             )
@@ -348,10 +362,21 @@ class ToolOps(SessionBase):
             )
         return self._record(name, arguments)
 
-    def admit_call(self, name: str, arguments: Mapping[str, Any]) -> CallRecord:
+    def admit_call(
+        self, name: str, arguments: Mapping[str, Any], *, reexpand_evicted: bool = False
+    ) -> CallRecord:
         """``authorize_call`` then ``record_call``, checking the arguments once.
 
         What a gateway does with a call it is about to forward.
+
+        Args:
+            name: the tool.
+            arguments: the call's arguments.
+            reexpand_evicted: admit a call to an *evicted* tool whose arguments validate against
+                its full schema, re-expanding it first (logged as an implicit re-expansion). An
+                evicted tool has no arguments in the transcript, so such a call cannot be a ghost
+                call; a tombstoned tool stays refused until it is re-expanded explicitly. When
+                the arguments do not validate, the refusal carries the full input schema.
 
         Returns:
             The call record.
@@ -361,7 +386,14 @@ class ToolOps(SessionBase):
                 ``authorize_call`` (the refusal is logged; nothing is recorded).
             InvalidInput: arguments that are not JSON.
         """
-        self.authorize_call(name, arguments)
+        implicit = reexpand_evicted and self._states.get(name) is ToolState.EVICTED
+        try:
+            self._check_call(name, arguments, implicit=implicit)
+        except CallRefused as refusal:
+            self._commit(("refuse", {"tool": refusal.tool, "reason": str(refusal)}))
+            raise
+        if implicit:
+            self._transition(name, "reexpand", IMPLICIT_REEXPANSION)
         return self._record(name, arguments)
 
     def _record(self, name: str, arguments: Mapping[str, Any]) -> CallRecord:

@@ -8,7 +8,7 @@ import pytest
 
 from residency import ConfigError
 from residency._gateway import load_config, parse_config
-from residency._gateway._config import HTTPServer, StdioServer
+from residency._gateway._config import INPUTS_HINT, VSCODE_HINT, HTTPServer, StdioServer, line_of
 
 GOOD = """{
   "mcpServers": {
@@ -84,3 +84,80 @@ def test_a_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load_config(tmp_path / "nope.json")
     assert "nope.json" in str(raised.value)
+
+
+def test_an_empty_mcp_servers_still_loads_so_serve_can_offer_its_meta_tools() -> None:
+    # `residency config check` calls it an error; `serve` (and the demo config) keep working.
+    assert parse_config('{"mcpServers": {}}').servers == {}
+    assert parse_config("{}").servers == {}
+
+
+def test_startup_timeout_and_ready_wait_default_and_validate() -> None:
+    settings = parse_config('{"mcpServers": {}}').residency
+    assert (settings.startup_timeout, settings.ready_wait) == (30.0, 5.0)
+    relaxed = parse_config('{"residency": {"startup_timeout": 90, "ready_wait": 0}}').residency
+    assert (relaxed.startup_timeout, relaxed.ready_wait) == (90.0, 0.0)
+    for text, where in [
+        ('{"residency": {"startup_timeout": 0}}', "residency.startup_timeout"),
+        ('{"residency": {"ready_wait": -1}}', "residency.ready_wait"),
+        ('{"residency": {"ready_wait": "soon"}}', "residency.ready_wait"),
+    ]:
+        with pytest.raises(ConfigError) as raised:
+            parse_config(text)
+        assert raised.value.where == where
+
+
+def test_a_vs_code_servers_file_gets_a_hint_at_its_servers_line() -> None:
+    text = '{\n  "servers": {"x": {"type": "stdio", "command": "x"}},\n  "inputs": []\n}'
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, source="mcp.json")
+    assert raised.value.where == "servers"
+    assert str(raised.value) == f"mcp.json: line 2, key 'servers': {VSCODE_HINT}"
+
+
+def test_vs_code_inputs_next_to_mcp_servers_get_a_hint() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config('{"mcpServers": {},\n "inputs": [{"id": "k"}]}', source="g.json")
+    assert raised.value.where == "inputs"
+    assert str(raised.value) == f"g.json: line 2, key 'inputs': {INPUTS_HINT}"
+
+
+def test_env_colon_references_expand_like_plain_ones() -> None:
+    config = parse_config(
+        '{"mcpServers": {"r": {"url": "http://127.0.0.1:9/mcp",'
+        ' "headers": {"Authorization": "Bearer ${env:RESIDENCY_TEST_KEY}", "X": "${RESIDENCY_TEST_KEY}"}}}}',
+        environ={"RESIDENCY_TEST_KEY": "k-123456"},
+    )
+    remote = config.servers["r"]
+    assert isinstance(remote, HTTPServer)
+    assert remote.headers["Authorization"].get_secret_value() == "Bearer k-123456"
+    assert remote.headers["X"].get_secret_value() == "k-123456"
+
+
+def test_a_vs_code_input_reference_is_an_error_at_its_key() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(
+            '{"mcpServers": {"a": {"command": "x", "env": {"KEY": "${input:api-key}"}}}}', environ={}
+        )
+    assert raised.value.where == "mcpServers.a.env.KEY"
+
+
+def test_an_empty_sqlite_path_is_refused() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config('{"residency": {"store": "sqlite:///"}}')
+    assert raised.value.where == "residency.store"
+
+
+@pytest.mark.parametrize(
+    ("loc", "line"),
+    [
+        (("residency",), 2),
+        (("residency", "pinned"), 3),
+        (("residency", "pinned", "b"), 4),
+        (("residency", "nowhere"), 2),
+        (("absent",), None),
+    ],
+)
+def test_line_of_finds_a_key_after_its_parents(loc: tuple[str, ...], line: int | None) -> None:
+    text = '{"mcpServers": {"b": {"command": "b"}},\n "residency": {\n  "pinned": ["a",\n   "b"]}}'
+    assert line_of(text, loc) == line

@@ -8,12 +8,16 @@ import mcp_types as types
 import pytest
 from mcp import MCPDeprecationWarning, MCPError
 
-from residency import ToolState
+from residency import EventKind, ToolState
 from residency._gateway import IncidentDesk
 from residency._gateway._meta_tools import META_TOOLS
+from residency._tool_ops import IMPLICIT_REEXPANSION
 from tests.gateway.conftest import agent, reason, running, text
 
 pytestmark = pytest.mark.anyio
+
+TIGHT = {"budget": {"schema_tokens": 350}, "minify": "compact"}
+"""A budget that lists three desk tools (close_incident, add_timeline_note, get_runbook)."""
 
 
 async def test_the_handshake_era_lists_resident_tools_with_the_meta_tools_and_advertises_list_changed() -> (
@@ -28,29 +32,62 @@ async def test_the_handshake_era_lists_resident_tools_with_the_meta_tools_and_ad
         assert len(resident) == 14  # the default budget holds the whole desk
 
 
-async def test_the_modern_era_lists_the_same_pinned_tools_for_every_session() -> None:
+async def test_the_modern_era_lists_each_callers_own_session_view_as_a_private_list() -> None:
     async with (
-        running({"pinned": ["get_incident"]}, desk=IncidentDesk()) as gw,
+        running(TIGHT, desk=IncidentDesk()) as gw,
         agent(gw, "modern", "one") as a,
         agent(gw, "modern", "two") as b,
     ):
-        await a.use("list_services", {})
-        assert await a.names() == ["get_incident", *META_TOOLS]
-        assert await b.names() == ["get_incident", *META_TOOLS]
+        assert (
+            await a.names() == await b.names() == [*gw.session("one").tools(ToolState.RESIDENT), *META_TOOLS]
+        )
+        assert "list_services" not in await a.names()
+        await a.call("reexpand_tools", {"names": ["list_services"]})
+        assert "list_services" in await a.names()  # frameworks call listed tools only
+        assert "list_services" not in await b.names()
         listed = await a.client.list_tools(meta=a.meta, cache_mode="refresh")
-        assert (listed.ttl_ms, listed.cache_scope) == (0, "public")
+        assert (listed.ttl_ms, listed.cache_scope) == (0, "private")
 
 
-async def test_a_reexpanded_tool_is_callable_by_name_in_the_modern_era() -> None:
+async def test_an_evicted_tool_called_with_valid_arguments_is_reexpanded_implicitly_and_forwarded(
+    era: str,
+) -> None:
     desk = IncidentDesk()
-    async with running(desk=desk) as gw, agent(gw, "modern") as a:
-        withheld = await a.call("get_incident", {"incident_id": "INC-1"})
-        assert reason(withheld) == "tool_not_resident"
-        assert desk.calls == []
-        await a.call("reexpand_tools", {"names": ["get_incident"]})
+    async with running(TIGHT, desk=desk) as gw, agent(gw, era) as a:
+        session = gw.session(a.key)
+        assert session.state("get_incident") is ToolState.EVICTED
         found = await a.call("get_incident", {"incident_id": "INC-1"})
+        assert not found.is_error
         assert json.loads(text(found))["incident_id"] == "INC-1"
-        assert "get_incident" not in await a.names()  # the list itself does not change
+        assert desk.calls == [("get_incident", {"incident_id": "INC-1"})]
+        assert "get_incident" in await a.names()
+        (event,) = [e for e in session.events(EventKind.REEXPANDED) if e.subject == "get_incident"]
+        assert event.detail == IMPLICIT_REEXPANSION
+
+
+async def test_an_evicted_tool_called_with_invalid_arguments_is_refused_with_its_full_schema(
+    era: str,
+) -> None:
+    desk = IncidentDesk()
+    async with running(TIGHT, desk=desk) as gw, agent(gw, era) as a:
+        refused = await a.call("get_incident", {"incident_id": "incident seven"})
+        assert reason(refused) == "arguments_invalid"
+        schema = json.dumps(
+            gw.session(a.key).tool("get_incident").input_schema, separators=(",", ":"), ensure_ascii=False
+        )
+        assert schema in text(refused)
+        assert "stale" not in text(refused)
+        assert desk.calls == []
+        assert gw.session(a.key).state("get_incident") is ToolState.EVICTED
+
+
+async def test_a_refusal_for_a_tool_with_no_earlier_arguments_does_not_call_them_stale(era: str) -> None:
+    async with running(TIGHT, desk=IncidentDesk()) as gw, agent(gw, era) as a:
+        gw.session(a.key).tombstone("close_incident")  # withheld with no call of it in the transcript
+        refused = await a.call("close_incident", {"incident_id": "INC-1", "resolution": "fixed the config"})
+        assert reason(refused) == "tool_not_resident"
+        assert "reexpand_tools" in text(refused)
+        assert "stale" not in text(refused)
 
 
 async def test_invalid_arguments_are_refused_naming_the_field_and_never_forwarded(era: str) -> None:
@@ -86,7 +123,8 @@ async def test_an_unknown_tool_is_a_protocol_error(era: str) -> None:
 
 
 async def test_search_finds_withheld_tools_by_argument_name_but_never_archived_ones() -> None:
-    async with running(desk=IncidentDesk()) as gw, agent(gw, "modern") as a:
+    budget = {"budget": {"schema_tokens": 700}, "minify": "compact"}  # get_runbook starts withheld
+    async with running(budget, desk=IncidentDesk()) as gw, agent(gw, "modern") as a:
         session = gw.session(a.key)
         found = await a.call("search_tools", {"query": "runbook_id"})
         assert next(t["name"] for t in (found.structured_content or {})["tools"]) == "get_runbook"
@@ -155,6 +193,7 @@ async def test_resources_show_the_session_state(era: str) -> None:
             "residency://tools",
             "residency://chains",
             "residency://events",
+            "residency://upstreams",
         }
         templates = await a.client.list_resource_templates(meta=a.meta)
         assert [t.uri_template for t in templates.resource_templates] == ["residency://spans/{id}"]

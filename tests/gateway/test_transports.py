@@ -13,6 +13,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ToolsListChanged
 
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._http import bind, serve_http
@@ -40,11 +41,9 @@ async def test_residency_serve_speaks_mcp_over_stdio(mode: str) -> None:
             assert "update_incident" not in names  # withheld by the demo's schema budget
             expanded = await client.call_tool("reexpand_tools", {"names": ["update_incident"]})
             assert not expanded.is_error
+            assert "update_incident" in [t.name for t in (await client.list_tools()).tools]
             if mode == "auto":
                 assert client.protocol_version == "2026-07-28"
-                withheld = await client.call_tool("get_incident", {"incident_id": "INC-7"})
-                assert reason(withheld) == "tool_not_resident"
-                await client.call_tool("reexpand_tools", {"names": ["get_incident"]})
             else:
                 assert any(isinstance(m, types.ToolListChangedNotification) for m in seen)
             result = await client.call_tool("update_incident", {"incident_id": "INC-7", "notify": False})
@@ -131,8 +130,78 @@ async def test_listen_streams_carry_tombstone_updates_to_their_own_session_only(
                     await alice.call_tool("reexpand_tools", {"names": [name]})
                     await alice.call_tool(name, arguments)
                 assert gw.session("alice").tombstones()
-                event = await alice_events.__anext__()
-                assert getattr(event, "uri", None) == "residency://tombstones"
+                # Her list changed too (a tools/list_changed event comes first); then the tombstones.
+                uris = []
+                while "residency://tombstones" not in uris:
+                    uris.append(getattr(await alice_events.__anext__(), "uri", None))
                 with anyio.move_on_after(0.5) as quiet:
                     await bob_events.__anext__()
-                assert quiet.cancelled_caught, "bob received alice's tombstone update"
+                assert quiet.cancelled_caught, "bob received alice's updates"
+
+
+@pytest.mark.slow
+async def test_a_modern_session_hears_of_its_own_list_changes_on_its_listen_stream() -> None:
+    async with http_gateway(budget={"schema_tokens": 350}) as (_, url):
+        with anyio.fail_after(30):
+            async with (
+                _client(url, "auto", {"Residency-Session": "alice"}) as alice,
+                alice.listen(tools_list_changed=True) as events,
+            ):
+                assert "list_services" not in _names(await alice.list_tools())
+                await alice.call_tool("reexpand_tools", {"names": ["list_services"]})
+                assert isinstance(await events.__anext__(), ToolsListChanged)
+                listed = await alice.list_tools()
+                assert "list_services" in _names(listed)
+                assert (listed.ttl_ms, listed.cache_scope) == (0, "private")
+
+
+@pytest.mark.slow
+async def test_anonymous_modern_callers_get_a_throwaway_session_per_request() -> None:
+    async with http_gateway(budget={"schema_tokens": 350}) as (gw, url):
+        with anyio.fail_after(30):
+            async with (
+                _client(url, "auto") as anonymous,
+                _client(url, "auto", {"Residency-Session": "kept"}) as kept,
+            ):
+                for client in (anonymous, kept):
+                    expanded = await client.call_tool("reexpand_tools", {"names": ["list_services"]})
+                    assert not expanded.is_error
+                assert "list_services" in _names(await kept.list_tools())
+                # Nothing an anonymous caller does outlives its request, and nothing is shared.
+                assert "list_services" not in _names(await anonymous.list_tools())
+                # It can still call any tool with valid arguments (implicit re-expansion).
+                found = await anonymous.call_tool("get_incident", {"incident_id": "INC-1"})
+                assert "INC-1" in text(found)
+                refused = await anonymous.call_tool("get_incident", {"incident_id": "seven"})
+                assert reason(refused) == "arguments_invalid"
+        assert "anonymous" not in [gs.key for gs in gw._table]
+
+
+@pytest.mark.slow
+async def test_modern_callers_without_a_session_key_share_their_bearer_token_identity() -> None:
+    token = "t0ken-for-tests"
+    async with http_gateway(token=token, budget={"schema_tokens": 350}) as (gw, url):
+        auth = {"Authorization": f"Bearer {token}"}
+        with anyio.fail_after(30):
+            async with _client(url, "auto", auth) as first:
+                await first.call_tool("reexpand_tools", {"names": ["list_services"]})
+            async with _client(url, "auto", auth) as second:
+                assert "list_services" in _names(await second.list_tools())
+        (key,) = [gs.key for gs in gw._table]
+        assert key.startswith("token-") and token not in key
+
+
+def _names(listed: types.ListToolsResult) -> list[str]:
+    return [t.name for t in listed.tools]
+
+
+@pytest.mark.slow
+async def test_handshake_http_clients_without_a_key_each_get_the_session_of_their_mcp_session_id() -> None:
+    async with http_gateway(budget={"schema_tokens": 350}) as (gw, url):
+        with anyio.fail_after(30):
+            async with _client(url, "legacy") as first, _client(url, "legacy") as second:
+                await first.call_tool("reexpand_tools", {"names": ["list_services"]})
+                assert "list_services" in _names(await first.list_tools())
+                assert "list_services" not in _names(await second.list_tools())
+        keys = sorted(gs.key for gs in gw._table)
+        assert len(keys) == 2 and all(k.startswith("http-") for k in keys)

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from residency._gateway import IncidentDesk
 from tests.gateway import flaky_upstream
 from tests.gateway.conftest import agent, reason, running, text
 
@@ -72,3 +73,48 @@ async def test_upstream_secrets_never_reach_results_resources_or_logs(
         assert "broken" not in gw.catalog.servers()  # it never started; the gateway serves the rest
     assert SECRET not in caplog.text
     assert "broken" in caplog.text
+
+
+SLOW_DESK = {
+    "command": sys.executable,
+    "args": ["-c", "import time; time.sleep(4); from residency._gateway._demo import main; main()"],
+}
+HUNG = {"command": sys.executable, "args": ["-c", "import time; time.sleep(120)"]}
+
+
+@pytest.mark.slow
+async def test_a_hung_upstream_holds_up_neither_the_list_nor_the_others_and_says_it_is_down(
+    era: str,
+) -> None:
+    settings = {"ready_wait": 0.5, "startup_timeout": 60}
+    with anyio.fail_after(30):  # far below the hung upstream's startup timeout
+        async with running(settings, desk=IncidentDesk(), servers={"hung": HUNG}) as gw, agent(gw, era) as a:
+            assert "get_incident" in await a.names()
+            assert gw.upstreams["hung"].status == "starting"
+            assert not (await a.call("get_incident", {"incident_id": "INC-1"})).is_error
+            # A tool no running upstream offers: the agent hears which upstream is down, not "unknown".
+            down = await a.call("hung_tool", {})
+            assert reason(down) == "upstream_failure"
+            assert "hung" in text(down) and "still starting" in text(down)
+            assert (down.meta or {})["residency/error"]["server"] == "hung"
+
+
+@pytest.mark.slow
+async def test_an_upstream_that_starts_late_joins_and_its_tools_are_announced() -> None:
+    settings = {"ready_wait": 0.5, "startup_timeout": 60}
+    with anyio.fail_after(60):
+        async with running(settings, servers={"late": SLOW_DESK}) as gw, agent(gw, "legacy") as a:
+            assert "get_incident" not in await a.names()
+            await a.list_changed.wait()
+            assert "get_incident" in await a.names()
+            assert gw.upstreams["late"].status == "connected"
+
+
+@pytest.mark.slow
+async def test_an_upstream_that_failed_to_start_is_named_when_a_call_cannot_be_routed() -> None:
+    broken = {"command": sys.executable, "args": ["-c", "import sys; sys.exit(7)"]}
+    async with running(desk=IncidentDesk(), servers={"broken": broken}) as gw, agent(gw, "legacy") as a:
+        assert gw.upstreams["broken"].status == "failed"
+        down = await a.call("broken_tool", {})
+        assert reason(down) == "upstream_failure"
+        assert "broken" in text(down)

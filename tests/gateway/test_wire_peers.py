@@ -346,9 +346,6 @@ async def test_the_inspector_lists_resident_tools_and_the_meta_tools(
     assert set(tools) - META_TOOLS <= {t["name"] for t in desk_tools()}
     assert WITHHELD not in tools  # withheld by the demo's schema budget
     assert all(t["inputSchema"]["type"] == "object" for t in tools.values())
-    if era == "modern":
-        # 2026-07-28: one list for everyone, the pinned tools (none in the demo) and the meta-tools.
-        assert set(tools) == META_TOOLS
     # A fresh session has no tombstones, so reexpand_tools' description names no tool.
     assert WITHHELD not in tools["reexpand_tools"]["description"]
 
@@ -431,9 +428,10 @@ async def test_the_inspector_calls_a_pinned_tool_redefined_upstream_and_the_gate
     """Seed 000 with a third-party client.
 
     update_incident is called under its v1 definition; the gateway restarts on an upstream that
-    serves v2 while those arguments are still in the transcript. The 2026-07-28 list is the
-    same for every session, so the pinned tool is still listed: the Inspector calls it, and the
-    gateway refuses with the tombstone instead of forwarding, until it is re-expanded.
+    serves v2 while those arguments are still in the transcript. Pinned or not, the tool is
+    tombstoned: the session's 2026-07-28 list leaves it out and carries the tombstone, so the
+    Inspector (which calls listed tools only) refuses the call on its own side; nothing reaches
+    the upstream until the tool is re-expanded.
     """
     key = "inspector-redefined"
     store = ("--store", sqlite_url(tmp_path / "sessions.db"))
@@ -454,14 +452,14 @@ async def test_the_inspector_calls_a_pinned_tool_redefined_upstream_and_the_gate
         else:
             target = Target.http(await stack.enter_async_context(http_gateway(tmp_path, *v2)), key)
         listed = inspector_result(await inspector(target, peer_env, "--method", "tools/list", era="modern"))
-        assert WITHHELD in {t["name"] for t in listed["tools"]}
+        tools = {t["name"]: t for t in listed["tools"]}
+        assert WITHHELD not in tools
+        assert f"{WITHHELD}: mutation tool schema withheld" in tools["reexpand_tools"]["description"]
 
         call = ["--method", "tools/call", "--tool-name", WITHHELD, "--tool-args-json", json.dumps(UPDATE)]
-        refused = (await inspector(target, peer_env, *call, era="modern")).json()["result"]
-        assert refused["isError"] is True, refused
-        text = refused["content"][0]["text"]
-        assert text.startswith(f"{WITHHELD}: mutation tool schema withheld"), text
-        assert refused["_meta"]["residency/error"]["reason"] == "tool_not_resident"
+        refused = await inspector(target, peer_env, *call, era="modern")
+        assert refused.returncode == 5, refused.explain()
+        assert refused.error_envelope()["error"]["code"] == "tool_not_found"
 
         reexpand = ["--method", "tools/call", "--tool-name", "reexpand_tools"]
         names = json.dumps({"names": [WITHHELD]})

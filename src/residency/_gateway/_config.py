@@ -8,7 +8,9 @@ and what is expected.
 
 Values in ``env`` and ``headers`` are secrets: they are held as ``SecretStr`` (so no ``repr`` or
 log line shows them) and ``Secrets.redact`` scrubs them from any text the gateway sends out.
-``${NAME}`` in those values is replaced by the gateway's own environment variable ``NAME``.
+``${NAME}`` in those values is replaced by the gateway's own environment variable ``NAME``;
+``${env:NAME}`` (how Cursor and VS Code write it) is the same, so entries copied from their
+files keep working. VS Code's ``${input:ID}`` has no prompt here and is an error.
 """
 
 from __future__ import annotations
@@ -35,11 +37,14 @@ from residency._errors import ConfigError
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_READY_WAIT",
+    "DEFAULT_STARTUP_TIMEOUT",
     "GatewayConfig",
     "HTTPServer",
     "ResidencySettings",
     "Secrets",
     "StdioServer",
+    "line_of",
     "load_config",
     "parse_config",
 ]
@@ -47,7 +52,20 @@ __all__ = [
 DEFAULT_CALL_TIMEOUT = 60.0
 """Seconds an upstream call may take before the agent is told it timed out."""
 
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+DEFAULT_STARTUP_TIMEOUT = 30.0
+"""Seconds one upstream may take to start and list its tools."""
+
+DEFAULT_READY_WAIT = 5.0
+"""Seconds the gateway waits for starting upstreams before it serves."""
+
+VSCODE_HINT = 'this looks like a VS Code config: put the servers under "mcpServers"'
+INPUTS_HINT = (
+    'VS Code "inputs" are not read here: write ${NAME} in an "env" or "headers" value to use '
+    "the environment variable NAME"
+)
+
+_ENV_REF = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
+_INPUT_REF = re.compile(r"\$\{input:[^}]*\}")
 
 
 class _Strict(BaseModel):
@@ -83,6 +101,9 @@ class ResidencySettings(_Strict):
         chains: what a call that would complete an archived fatal chain gets: refused, or
             forwarded with a warning.
         call_timeout: seconds an upstream call may take.
+        startup_timeout: seconds one upstream may take to start and list its tools.
+        ready_wait: seconds the gateway waits for starting upstreams before it serves; an
+            upstream that is ready later joins, and clients are told the list changed.
         token: bearer token required by the HTTP transport (``--token`` overrides it).
         read_only / mutating: override what the tools' annotations say.
     """
@@ -94,6 +115,8 @@ class ResidencySettings(_Strict):
     store: str = "memory://"
     chains: Literal["refuse", "warn"] = "refuse"
     call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
+    startup_timeout: float = Field(default=DEFAULT_STARTUP_TIMEOUT, gt=0)
+    ready_wait: float = Field(default=DEFAULT_READY_WAIT, ge=0)
     token: SecretStr | None = None
     read_only: tuple[str, ...] = ()
     mutating: tuple[str, ...] = ()
@@ -109,9 +132,11 @@ class ResidencySettings(_Strict):
     @field_validator("store")
     @classmethod
     def _store_url(cls, value: str) -> str:
-        if value in ("memory:", "memory://") or value.startswith("sqlite:///"):
+        if value in ("memory:", "memory://") or (value.startswith("sqlite:///") and value != "sqlite:///"):
             return value
-        raise ValueError("expected 'memory://' or 'sqlite:///path/to/file.db'")
+        raise ValueError(
+            "expected 'memory://' or 'sqlite:///path/to/file.db' (four slashes for an absolute path)"
+        )
 
 
 class _ServerBase(BaseModel):
@@ -212,6 +237,11 @@ def parse_config(
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object with 'mcpServers'", where="$")
+    # VS Code's mcp.json is {"servers": {...}, "inputs": [...]}: the usual copy-paste mistake.
+    if "servers" in data and "mcpServers" not in data:
+        raise _config_error(source, text, ("servers",), VSCODE_HINT, None)
+    if "inputs" in data:
+        raise _config_error(source, text, ("inputs",), INPUTS_HINT, None)
     env = os.environ if environ is None else environ
     data = _expand(data, env, source, text)
     servers = data.get("mcpServers", {})
@@ -256,13 +286,21 @@ def _expected(error: Any) -> str:
 
 def _config_error(source: str, text: str, loc: tuple[str, ...], expected: str, kind: object) -> ConfigError:
     key = ".".join(loc) if loc else "$"
-    line = _line_of(text, loc)
+    line = line_of(text, loc)
     where = f"line {line}, " if line else ""
     return ConfigError(f"{source}: {where}key '{key}': {expected}", where=key)
 
 
-def _line_of(text: str, loc: tuple[str, ...]) -> int | None:
-    """Best effort: the line where the last key of ``loc`` appears, searched after its parents."""
+def line_of(text: str, loc: tuple[str, ...]) -> int | None:
+    """Best effort: the line where the last key of ``loc`` appears, searched after its parents.
+
+    Args:
+        text: the configuration text.
+        loc: the path of keys (or string values, such as a name in ``pinned``) to look for.
+
+    Returns:
+        The 1-based line number, or None when not even the first key is found.
+    """
     pos = 0
     found: int | None = None
     for part in loc:
@@ -298,6 +336,8 @@ def _expand(data: dict[str, Any], env: Mapping[str, str], source: str, text: str
 def _expand_value(value: Any, env: Mapping[str, str], source: str, text: str, loc: tuple[str, ...]) -> Any:
     if not isinstance(value, str):
         return value
+    if _INPUT_REF.search(value):
+        raise _config_error(source, text, loc, "VS Code ${input:...} is not read here: write ${NAME}", None)
 
     def sub(match: re.Match[str]) -> str:
         name = match.group(1)

@@ -4,19 +4,23 @@ mcp 2.3.0 gives low-level handlers no public per-connection handle: ``ctx.sessio
 for every request, and the connection object behind it is private. Everything the gateway
 needs from it is read here, so an SDK change touches one module.
 
-How a request finds its session, first match wins:
+How a request finds its session, first match wins (the README's "Who a session is"):
 
-1. ``_meta["residency/session"]`` on the request: a key the client repeats on every request
-   (the 2026-07-28 way, and how a handshake-era client resumes a session after a restart).
-2. The ``Residency-Session`` HTTP header.
-3. Handshake era: the connection itself (its key is remembered in the connection's state, so a
-   key given once sticks to the connection). On a 2026-07-28 stdio pipe: the pipe.
-4. The gateway's default key (``residency serve --session``; stdio serves one client, so its
-   session survives a restart), else a fresh key per connection.
+1. ``_meta["residency/session"]`` on the request, or the ``Residency-Session`` HTTP header: a
+   key the client repeats (the 2026-07-28 way, and how any client resumes a session).
+2. Handshake era: the connection itself (a key given once sticks to the connection). Over
+   stateful HTTP that is the ``Mcp-Session-Id``.
+3. The gateway's default key (``residency serve --session``; a stdio gateway serves one
+   client and makes a fresh key per process unless one is named).
+4. 2026-07-28 over HTTP: the bearer token the request carries (one identity per token).
+   On a 2026-07-28 stdio pipe: the pipe.
+5. Otherwise the caller is anonymous: ``session_key`` returns None and the gateway gives the
+   request a throwaway session of its own, so anonymous callers never share state.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from typing import Any
@@ -72,8 +76,17 @@ def _explicit_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return value
 
 
-def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str:
-    """The session key of a request (see the module docstring).
+def _bearer_identity(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    headers = getattr(ctx.request, "headers", None) if ctx.request is not None else None
+    value = headers.get("authorization") if headers is not None else None
+    if not isinstance(value, str) or not value.lower().startswith("bearer ") or len(value) <= 7:
+        return None
+    # The token itself never becomes part of a key (keys are journaled and logged).
+    return "token-" + hashlib.sha256(value[7:].encode()).hexdigest()[:16]
+
+
+def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str | None:
+    """The session key of a request (see the module docstring); None for an anonymous caller.
 
     Raises:
         ValueError: a malformed explicit key.
@@ -100,7 +113,7 @@ def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str
     if connection.has_standalone_channel:
         # A 2026-07-28 duplex pipe (stdio): one Connection per request, one outbound per pipe.
         return f"pipe-{id(connection.outbound):x}"
-    return "anonymous"
+    return _bearer_identity(ctx)
 
 
 class ListChangedServer(Server[Any]):

@@ -1,26 +1,53 @@
 """The streamable HTTP transport: the gateway's ASGI app, an optional bearer token, and a server.
 
+Paths:
+
+``/mcp``      the MCP endpoint (stateful streamable HTTP, SSE responses).
+``/healthz``  ``GET``: ``{"status": "ok" | "degraded", "upstreams": [...]}`` (one entry per
+              upstream, as ``residency://upstreams`` has them). ``ok`` and 200 when every
+              upstream is connected (or there is none). ``degraded`` when one is not: 503 if
+              any has ``failed`` (its last start or connection failed, so calls to its tools
+              get error results until a restart succeeds), 200 if they are only ``starting`` or
+              ``stopped`` (the next call starts them).
+``/metrics``  ``GET``: the Prometheus text format (see ``_telemetry``).
+
 Bound to 127.0.0.1 by default, with DNS-rebinding protection on (a request whose ``Host`` is
 not the bound address gets 421). Binding elsewhere keeps the protection, allowing that host.
 With a token, every request must carry ``Authorization: Bearer <token>`` (compared in constant
 time); others get 401 and never reach MCP.
+
+The token and the ``Host`` check guard ``/healthz`` and ``/metrics`` exactly as they guard
+``/mcp``: both name every upstream and ``/metrics`` names refusal reasons, and a scraper can
+send a bearer token (Prometheus' ``authorization`` setting). Without a token they are open to
+whoever can reach the bound address, as ``/mcp`` is.
 """
 
 from __future__ import annotations
 
 import hmac
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import anyio
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from residency._core._tools import JSONObject
+from residency._gateway._config import Secrets
+from residency._gateway._resources import upstream_status
 from residency._gateway._server import Gateway
+from residency._gateway._upstream import Upstream
 
-__all__ = ["BearerToken", "bind", "http_app", "serve_http"]
+__all__ = ["BearerToken", "bind", "health", "http_app", "serve_http"]
 
 MCP_PATH = "/mcp"
+HEALTH_PATH = "/healthz"
+METRICS_PATH = "/metrics"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_NO_STORE = {"cache-control": "no-store"}
 
 
 class BearerToken:
@@ -48,19 +75,62 @@ class BearerToken:
         await self._app(scope, receive, send)
 
 
-def http_app(gateway: Gateway, *, host: str = "127.0.0.1", token: str | None = None) -> ASGIApp:
-    """The gateway's ASGI app at ``/mcp`` (stateful streamable HTTP, SSE responses)."""
-    if host in ("127.0.0.1", "localhost", "::1"):
-        security = None  # the SDK's loopback default: protection on, loopback hosts allowed
-    else:
-        shown = f"[{host}]" if ":" in host else host
-        security = TransportSecuritySettings(
+def health(upstreams: Mapping[str, Upstream], secrets: Secrets) -> tuple[int, JSONObject]:
+    """The health answer: HTTP status and body (see the module docstring)."""
+    entries = upstream_status(upstreams, secrets)
+    statuses = {e["status"] for e in entries}
+    if statuses <= {"connected"}:
+        return 200, {"status": "ok", "upstreams": entries}
+    return (503 if "failed" in statuses else 200), {"status": "degraded", "upstreams": entries}
+
+
+def _security(host: str) -> TransportSecuritySettings:
+    if host in _LOOPBACK:
+        # The SDK's own loopback default, spelled out so /healthz and /metrics apply it too.
+        return TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
-            allowed_hosts=[f"{shown}:*", shown],
-            allowed_origins=[f"http://{shown}:*", f"https://{shown}:*"],
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
         )
+    shown = f"[{host}]" if ":" in host else host
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[f"{shown}:*", shown],
+        allowed_origins=[f"http://{shown}:*", f"https://{shown}:*"],
+    )
+
+
+def _operator_routes(gateway: Gateway, security: TransportSecuritySettings) -> list[Route]:
+    checks = TransportSecurityMiddleware(security)
+
+    async def healthz(request: Request) -> Response:
+        refused = await checks.validate_request(request)
+        if refused is not None:
+            return refused
+        status, body = health(gateway.upstreams, gateway.secrets)
+        return JSONResponse(body, status_code=status, headers=_NO_STORE)
+
+    async def metrics(request: Request) -> Response:
+        refused = await checks.validate_request(request)
+        if refused is not None:
+            return refused
+        gateway.catalog_tokens()  # counted lazily: make the catalog gauges current before any list
+        body, content_type = gateway.telemetry.prometheus()
+        return Response(body, media_type=content_type, headers=_NO_STORE)
+
+    return [Route(HEALTH_PATH, healthz, methods=["GET"]), Route(METRICS_PATH, metrics, methods=["GET"])]
+
+
+def http_app(gateway: Gateway, *, host: str = "127.0.0.1", token: str | None = None) -> ASGIApp:
+    """The gateway's ASGI app: ``/mcp`` (streamable HTTP, SSE responses), ``/healthz``, ``/metrics``."""
+    security = _security(host)
+    # The operator routes ride on the SDK's own app, so its lifespan (the session manager)
+    # runs as it would without them.
     app: ASGIApp = gateway.server.streamable_http_app(
-        streamable_http_path=MCP_PATH, host=host, transport_security=security
+        streamable_http_path=MCP_PATH,
+        host=host,
+        transport_security=security,
+        custom_starlette_routes=_operator_routes(gateway, security),
     )
     if token:
         app = BearerToken(app, token)

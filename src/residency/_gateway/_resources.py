@@ -5,14 +5,17 @@
 ``residency://chains``      archived abandoned chains with their rules
 ``residency://events``      the session's event log (re-expansions, refusals, tombstones, ...)
 ``residency://spans/{id}``  one context span: its record and, when stored, its original bytes
+``residency://upstreams``   the upstream servers: kind, status, tool count, protocol, last error
 
-Every read is scoped to the session the request belongs to. The list itself is the same for
-everyone (it may be cached publicly); the contents are private and change at any time.
+Every read but ``upstreams`` is scoped to the session the request belongs to; ``upstreams`` is
+the gateway's (the same ``upstream_status`` the HTTP health endpoint serves). The list itself
+is the same for everyone (it may be cached publicly); the contents change at any time.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
@@ -20,6 +23,8 @@ import mcp_types as types
 from residency._core._tools import JSONObject
 from residency._errors import NotFound
 from residency._gateway._aggregate import Catalog
+from residency._gateway._config import Secrets
+from residency._gateway._upstream import Upstream
 from residency._session import Session
 
 __all__ = [
@@ -28,9 +33,11 @@ __all__ = [
     "SPANS",
     "TOMBSTONES",
     "TOOLS",
+    "UPSTREAMS",
     "read_resource",
     "resource_templates",
     "resources",
+    "upstream_status",
 ]
 
 TOMBSTONES = "residency://tombstones"
@@ -38,6 +45,8 @@ TOOLS = "residency://tools"
 CHAINS = "residency://chains"
 EVENTS = "residency://events"
 SPANS = "residency://spans/"
+UPSTREAMS = "residency://upstreams"
+
 
 _JSON = "application/json"
 
@@ -55,6 +64,12 @@ def resources() -> list[types.Resource]:
             uri=CHAINS, name="chains", description="Archived abandoned tool chains.", mime_type=_JSON
         ),
         types.Resource(uri=EVENTS, name="events", description="The session's event log.", mime_type=_JSON),
+        types.Resource(
+            uri=UPSTREAMS,
+            name="upstreams",
+            description="The upstream MCP servers: status, tool count, protocol version, last error.",
+            mime_type=_JSON,
+        ),
     ]
 
 
@@ -92,11 +107,47 @@ def tool_table(session: Session, catalog: Catalog) -> list[JSONObject]:
     return rows
 
 
-def read_resource(uri: str, session: Session, catalog: Catalog) -> types.TextResourceContents:
+def upstream_status(upstreams: Mapping[str, Upstream], secrets: Secrets) -> list[JSONObject]:
+    """One entry per upstream, in configuration order (the health endpoint and ``residency://upstreams``).
+
+    Each entry: ``name``, ``kind`` (``stdio``, ``http`` or ``in-process``), ``status``
+    (``connected``, ``starting``, ``failed``: its last start or connection failed, or
+    ``stopped``), ``tools`` (how many it last listed), ``protocol_version`` (None while not
+    connected), ``starts`` (start attempts) and ``last_error`` (redacted; ``""`` if none).
+    """
+    return [
+        {
+            "name": name,
+            "kind": upstream.kind,
+            "status": upstream.status,
+            "tools": len(upstream.tools),
+            "protocol_version": upstream.protocol_version,
+            "starts": upstream.starts,
+            "last_error": secrets.redact(upstream.last_error),
+        }
+        for name, upstream in upstreams.items()
+    ]
+
+
+def read_resource(
+    uri: str,
+    session: Session,
+    catalog: Catalog,
+    *,
+    upstreams: Mapping[str, Upstream] | None = None,
+    secrets: Secrets | None = None,
+) -> types.TextResourceContents:
     """The contents of one resource for this session.
 
+    Args:
+        uri: the resource.
+        session: the session the request belongs to.
+        catalog: the aggregated catalog.
+        upstreams: the gateway's upstreams, for ``residency://upstreams``.
+        secrets: scrubbed from upstream errors (nothing is scrubbed when omitted).
+
     Raises:
-        NotFound: an unknown URI or span id.
+        NotFound: an unknown URI or span id, or ``residency://upstreams`` without ``upstreams``.
     """
     if uri == TOMBSTONES:
         return types.TextResourceContents(
@@ -113,6 +164,10 @@ def read_resource(uri: str, session: Session, catalog: Catalog) -> types.TextRes
                 for e in session.events()
             ]
         )
+    elif uri == UPSTREAMS:
+        if upstreams is None:
+            raise NotFound(f"{UPSTREAMS} cannot be read here: no upstreams were given to read it from")
+        text = _dump(upstream_status(upstreams, secrets if secrets is not None else Secrets()))
     elif uri.startswith(SPANS) and len(uri) > len(SPANS):
         record = session.span(uri[len(SPANS) :])
         data: JSONObject = {
@@ -134,7 +189,7 @@ def read_resource(uri: str, session: Session, catalog: Catalog) -> types.TextRes
         text = _dump(data)
     else:
         raise NotFound(
-            f"unknown resource {uri!r}; the gateway serves {TOMBSTONES}, {TOOLS}, {CHAINS}, {EVENTS} "
-            f"and {SPANS}{{id}}"
+            f"unknown resource {uri!r}; the gateway serves {TOMBSTONES}, {TOOLS}, {CHAINS}, {EVENTS}, "
+            f"{UPSTREAMS} and {SPANS}{{id}}"
         )
     return types.TextResourceContents(uri=uri, mime_type=_JSON, text=text)

@@ -20,10 +20,18 @@ Every request is mapped to a session key (``_connection.session_key``) and so to
 4. if what the client sees changed, it is told: ``tools/list_changed`` in the handshake era,
    ``resources/updated`` for ``residency://tombstones`` on listen streams in the 2026-07-28 era.
 
-Handshake era: ``tools/list`` is the session's resident tools (minified) plus the meta-tools,
-with the tombstones in ``reexpand_tools``' description. 2026-07-28: ``tools/list`` is the same
-for every session (pinned tools plus the meta-tools); a session starts with every other tool
-withheld, and re-expanded tools are called by name.
+In both eras ``tools/list`` is the caller's session view: its resident tools (minified) plus
+the meta-tools, with the tombstones in ``reexpand_tools``' description. Agent frameworks let
+the model call listed tools only, so a re-expanded tool must be listed. 2026-07-28 answers are
+``cacheScope: "private"`` with ``ttlMs: 0`` (the list differs per caller and may change), and
+changes go out on the session's ``subscriptions/listen`` stream. A call to an evicted tool (no
+arguments of it in the transcript, so it cannot be a ghost call) whose arguments validate
+against the full schema is admitted: the tool is re-expanded implicitly. A tombstoned tool
+stays refused until it is re-expanded explicitly.
+
+Upstreams start in parallel. The gateway serves once every upstream has started or failed, or
+after ``ready_wait`` seconds; one still starting joins later (its tools are announced like any
+other change), so a hung upstream holds up no one.
 
 The gateway assumes call arguments stay in the transcript (it cannot edit it), so the planner
 gets no argument budget, unless the host takes part: a host that sends
@@ -41,6 +49,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any
@@ -52,8 +61,9 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.subscriptions import ResourceUpdated, ToolsListChanged
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated, ToolsListChanged
 
+from residency._core._lifecycle import ToolState
 from residency._core._planner import Budget
 from residency._core._tools import JSONObject, parse_tool
 from residency._errors import NotFound, ResidencyError, StoreError
@@ -62,12 +72,14 @@ from residency._gateway import _resources as res
 from residency._gateway._aggregate import Catalog, build_catalog
 from residency._gateway._config import GatewayConfig, Secrets
 from residency._gateway._connection import ListChangedServer, connection_of, is_modern, session_key
-from residency._gateway._errors import call_outcome, error_result, to_mcp_error
+from residency._gateway._errors import call_outcome, error_result, rule_for, to_mcp_error
 from residency._gateway._sessions import GatewaySession, SessionTable, View, store_id
+from residency._gateway._telemetry import Telemetry, meta_tool_tokens
 from residency._gateway._upstream import Upstream, UpstreamFailure
 from residency._session import Session
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
+from residency._tokens import count_tokens
 
 __all__ = ["Gateway"]
 
@@ -78,6 +90,8 @@ EVICTED_META_KEY = "residency/evicted_calls"
 EVICT_META_KEY = "residency/evict"
 PHASE_META_KEY = "residency/phase"
 _UNBOUNDED = 1 << 62
+ANONYMOUS = "anonymous"
+"""The key of a throwaway session given to a caller that names none and has no identity."""
 
 
 def open_store(url: str) -> Store:
@@ -97,10 +111,14 @@ def open_store(url: str) -> Store:
     return store
 
 
+def _unminified(tool: JSONObject) -> JSONObject:
+    return tool
+
+
 def _minifier(level: str) -> Callable[[JSONObject], JSONObject] | None:
     """How resident tools are shown; a tool the minifier cannot process is shown in full."""
     if level == "none":
-        return None
+        return _unminified
     try:
         module = importlib.import_module("residency._core._minify")
     except ImportError:
@@ -143,6 +161,8 @@ class Gateway:
         self.config = config if config is not None else GatewayConfig()
         settings = self.config.residency
         self.secrets: Secrets = self.config.secrets()
+        self.telemetry = Telemetry(self.secrets)
+        """Log lines and metrics (served at ``/metrics`` over HTTP)."""
         self.default_session = default_session
         self._budget = settings.budget.budget()
         # What the planner gets when the host keeps every argument (the usual case).
@@ -152,14 +172,26 @@ class Gateway:
         self._owns_store = store is None
         call_timeout = timeout if timeout is not None else settings.call_timeout
         self.upstreams: dict[str, Upstream] = {}
+        startup = settings.startup_timeout
         for name, entry in self.config.enabled_servers.items():
             self.upstreams[name] = Upstream(
-                name, entry, timeout=entry.timeout or call_timeout, on_tools_changed=self._upstream_changed
+                name,
+                entry,
+                timeout=entry.timeout or call_timeout,
+                startup_timeout=startup,
+                on_tools_changed=self._upstream_changed,
+                redact=self.secrets.redact,
             )
         for name, target in (upstreams or {}).items():
             self.upstreams[name] = Upstream(
-                name, target, timeout=call_timeout, on_tools_changed=self._upstream_changed
+                name,
+                target,
+                timeout=call_timeout,
+                startup_timeout=startup,
+                on_tools_changed=self._upstream_changed,
+                redact=self.secrets.redact,
             )
+        self._serving = False
         # The phase a call to each tool selects: the first configured phase that has it.
         self._phase_of: dict[str, str] = {}
         for phase, names in settings.phases.items():
@@ -209,17 +241,32 @@ class Gateway:
     async def _start_upstreams(self) -> None:
         assert self._tg is not None
         tg = self._tg
+        pending = len(self.upstreams)
+        settled = anyio.Event()
 
         async def start(upstream: Upstream) -> None:
+            nonlocal pending
+            joined = False
             try:
                 await upstream.start(tg)
+                joined = True
             except UpstreamFailure as exc:
                 logger.warning("%s", self.secrets.redact(str(exc)))
+            finally:
+                pending -= 1
+                if pending == 0:
+                    settled.set()
+            if joined and self._serving:
+                await self._apply_catalog()  # a late upstream: its tools are news to every session
 
-        async with anyio.create_task_group() as starting:
-            for upstream in self.upstreams.values():
-                starting.start_soon(start, upstream)
+        for upstream in self.upstreams.values():
+            tg.start_soon(start, upstream)
+        if pending:
+            with anyio.move_on_after(self.config.residency.ready_wait):
+                await settled.wait()
+        # No await from here on: an upstream that starts after this line is applied by its task.
         self._rebuild_catalog()
+        self._serving = True
 
     async def _stop_upstreams(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -234,6 +281,14 @@ class Gateway:
             offered[name] = [t for t in upstream.tools if self._usable(name, t)]
         self.catalog = build_catalog(offered, reserved=meta.META_TOOLS, overrides=self._overrides)
         self._shown_cache.clear()
+        self._catalog_tokens: int | None = None  # counted on first use: only telemetry needs it
+
+    def catalog_tokens(self) -> int:
+        """Tokens of every upstream tool's full definition: what a list without residency costs."""
+        if self._catalog_tokens is None:
+            self._catalog_tokens = sum(count_tokens(d) for d in self.catalog.definitions())
+            self.telemetry.set_catalog(len(self.catalog), self._catalog_tokens)
+        return self._catalog_tokens
 
     def _usable(self, server: str, tool: Mapping[str, Any]) -> bool:
         try:
@@ -267,20 +322,15 @@ class Gateway:
         names = [server] if server is not None else list(self.upstreams)
         for name in names:
             await self.upstreams[name].relist()
-        old_modern = self._modern_view()
+        await self._apply_catalog()
+
+    async def _apply_catalog(self) -> None:
+        """Rebuild the catalog from the upstreams' tools and bring every open session up to date."""
         self._rebuild_catalog()
-        modern_changed = self._modern_view() != old_modern
         for gs in self._table:
             before = gs.view(self.catalog)
             gs.session.register_tools(self.catalog.definitions())
             await self._announce(gs, before, current=None)
-        if modern_changed:
-            for bus in self._table.buses():
-                await bus.publish(ToolsListChanged())
-
-    def _modern_view(self) -> tuple[tuple[str, str], ...]:
-        pinned = self.config.residency.pinned
-        return tuple((e.name, e.hash) for e in self.catalog.entries() if e.name in pinned)
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -310,18 +360,24 @@ class Gateway:
 
     def session(self, key: str) -> Session:
         """The ``Session`` of a session key (opened or reopened from the store if needed)."""
-        return self._session_for(key, modern=False).session
+        return self._session_for(key).session
 
-    def _session_for(self, key: str, *, modern: bool) -> GatewaySession:
-        gs, opened = self._table.get(key)
+    def _session_for(self, key: str | None) -> GatewaySession:
+        if key is None:
+            # An anonymous caller: a throwaway session of its own, never stored or shared.
+            gs = GatewaySession(
+                ANONYMOUS, self._open_session(ANONYMOUS, MemoryStore()), InMemorySubscriptionBus()
+            )
+            opened = True
+        else:
+            gs, opened = self._table.get(key)
+            if opened:
+                self.telemetry.set_sessions(len(self._table))
         if opened:
             s = gs.session
             s.register_tools(self.catalog.definitions())
             if s.turn == 0:
-                # A new session. 2026-07-28: the list is the same for everyone, so only pinned
-                # tools start resident; the rest are withheld until re-expanded.
-                budget = Budget(0, _UNBOUNDED, self._budget.idle_turns) if modern else self._turn_budget(gs)
-                s.plan_turn(budget)
+                s.plan_turn(self._turn_budget(gs))  # a new session: tools to the budget
         return gs
 
     def _request_session(self, ctx: ServerRequestContext[Any, Any]) -> GatewaySession:
@@ -329,12 +385,11 @@ class Gateway:
             key = session_key(ctx, self.default_session)
         except ValueError as exc:
             raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
-        modern = is_modern(ctx)
         try:
-            gs = self._session_for(key, modern=modern)
+            gs = self._session_for(key)
         except ResidencyError as exc:
             raise to_mcp_error(exc, self.secrets) from None
-        if not modern:
+        if not is_modern(ctx):
             gs.connections.add(connection_of(ctx))
         return gs
 
@@ -392,19 +447,17 @@ class Gateway:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        if is_modern(ctx):
-            self._request_session(ctx)  # opens the session (all but pinned tools withheld)
-            pinned = self.config.residency.pinned
-            tools = [
-                self._tool_model(e.name, e.hash, self._shown(e.name, e.definition))
-                for e in self.catalog.entries()
-                if e.name in pinned
-            ]
-            tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions(None)]
-            return types.ListToolsResult(tools=tools, ttl_ms=0, cache_scope="public")
         gs = self._request_session(ctx)
-        tools = [self._tool_model(n, h, d) for n, h, d in gs.resident_definitions(self.catalog)]
-        tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions(gs.session.tombstones())]
+        s = gs.session
+        resident = gs.resident_definitions(self.catalog)
+        tombstones = tuple(s.tombstones())
+        tools = [self._tool_model(n, h, d) for n, h, d in resident]
+        tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions(tombstones)]
+        shown = sum(s.tool(n).tokens for n, _, _ in resident) + meta_tool_tokens(tombstones)
+        self.telemetry.listed(gs.key, shown, self.catalog_tokens())
+        if is_modern(ctx):
+            # Per caller and liable to change at any turn: never cached, never shared.
+            return types.ListToolsResult(tools=tools, ttl_ms=0, cache_scope="private")
         return types.ListToolsResult(tools=tools)
 
     async def _call_tool(
@@ -443,9 +496,13 @@ class Gateway:
             meta.CHECK_CHAIN: meta.check_chain,
         }[name]
         try:
-            return handler(gs.session, self.catalog, arguments)
+            result = handler(gs.session, self.catalog, arguments)
         except ResidencyError as exc:
             return call_outcome(exc, self.secrets)
+        if name == meta.REEXPAND_TOOLS and not result.is_error:
+            names = [t["name"] for t in (result.structured_content or {}).get("tools", ())]
+            self.telemetry.reexpanded(gs.key, names, implicit=False)
+        return result
 
     async def _forward(
         self, gs: GatewaySession, name: str, arguments: JSONObject, extra_meta: JSONObject
@@ -453,28 +510,44 @@ class Gateway:
         s = gs.session
         entry = self.catalog.get(name)
         if entry is None:
+            down = self._upstreams_down()
             if name not in s.tools():
+                if down:
+                    # It may be one of theirs: say so rather than "unknown tool".
+                    return error_result(self._down_failure(name, down), self.secrets)
                 raise MCPError(
                     code=types.INVALID_PARAMS,
                     message=f"unknown tool {name!r}: use {meta.SEARCH_TOOLS} to find tools",
                     data={"reason": "not_found", "type": "NotFound", "tool": name},
                 )
-            # Known to the session but gone upstream: a refusal still reads as one.
+            # Known to the session but not offered now: a refusal still reads as one.
             try:
                 s.authorize_call(name, arguments)
             except ResidencyError as exc:
                 return call_outcome(exc, self.secrets)
+            if down:
+                return error_result(self._down_failure(name, down), self.secrets)
             failure = UpstreamFailure(f"{name}: no upstream offers this tool any more", server="")
             return error_result(failure, self.secrets)
+        evicted = s.state(name) is ToolState.EVICTED
         try:
-            record = s.admit_call(name, arguments)
+            record = s.admit_call(name, arguments, reexpand_evicted=True)
         except ResidencyError as exc:
+            rule = rule_for(exc)
+            self.telemetry.refused(gs.key, name, rule.reason if rule is not None else type(exc).__name__)
             return call_outcome(exc, self.secrets)
+        if evicted:
+            self.telemetry.reexpanded(gs.key, (name,), implicit=True)
         extra_meta[CALL_META_KEY] = record.id
+        started = time.perf_counter()
         try:
             result = await self.upstreams[entry.server].call(entry.upstream_name, arguments)
         except UpstreamFailure as exc:
+            self.telemetry.forwarded(gs.key, name, entry.server, time.perf_counter() - started, ok=False)
             return error_result(exc, self.secrets)
+        self.telemetry.forwarded(
+            gs.key, name, entry.server, time.perf_counter() - started, ok=not result.is_error
+        )
         return result
 
     def _host_phase(self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> str | None:
@@ -528,7 +601,10 @@ class Gateway:
         after = gs.view(self.catalog)
         if after == before:
             return
+        self.telemetry.list_changed(gs.key)
         tombstones_changed = after[1] != before[1]
+        # 2026-07-28 listeners of this session (a bus with no listener drops it).
+        await gs.bus.publish(ToolsListChanged())
         here = connection_of(current) if current is not None else None
         if current is not None and not is_modern(current):
             # On the request's own stream: a client that never opens the standalone stream
@@ -561,7 +637,9 @@ class Gateway:
     ) -> types.ReadResourceResult:
         gs = self._request_session(ctx)
         try:
-            contents = res.read_resource(str(params.uri), gs.session, self.catalog)
+            contents = res.read_resource(
+                str(params.uri), gs.session, self.catalog, upstreams=self.upstreams, secrets=self.secrets
+            )
         except NotFound as exc:
             raise to_mcp_error(exc, self.secrets) from None
         return types.ReadResourceResult(contents=[contents], ttl_ms=0, cache_scope="private")
@@ -586,6 +664,19 @@ class Gateway:
     ) -> types.SubscriptionsListenResult:
         gs = self._request_session(ctx)
         return await gs.listen(ctx, params)
+
+    def _upstreams_down(self) -> list[Upstream]:
+        return [u for u in self.upstreams.values() if not u.connected]
+
+    def _down_failure(self, tool: str, down: list[Upstream]) -> UpstreamFailure:
+        states = ", ".join(
+            f"{u.name} ({'still starting' if u.starting else u.last_error or 'not connected'})" for u in down
+        )
+        return UpstreamFailure(
+            f"{tool}: no running upstream offers this tool; down: {states}. It may be one of theirs: "
+            f"retry when the upstream is back.",
+            server=",".join(u.name for u in down),
+        )
 
 
 def _is_call(session: Session, call_id: str) -> bool:

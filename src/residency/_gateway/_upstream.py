@@ -38,7 +38,7 @@ __all__ = ["Upstream", "UpstreamFailure"]
 logger = logging.getLogger("residency.gateway")
 
 STARTUP_TIMEOUT = 30.0
-"""Seconds an upstream may take to start and list its tools."""
+"""Seconds an upstream may take to start and list its tools (``residency.startup_timeout``)."""
 
 OnToolsChanged = Callable[["Upstream"], Coroutine[Any, Any, None]]
 
@@ -64,7 +64,10 @@ class Upstream:
         target: a config entry, or an in-process ``mcp.server.lowlevel.Server`` (the demo desk
             and tests).
         timeout: seconds a call may take.
+        startup_timeout: seconds a start (connect and list the tools) may take; separate from
+            ``timeout``, since a cold start (``npx``, a container) is slower than any call.
         on_tools_changed: awaited when the upstream says its tool list changed.
+        redact: scrubs secrets (``env``/``headers`` values) from what is logged.
     """
 
     def __init__(
@@ -73,12 +76,16 @@ class Upstream:
         target: StdioServer | HTTPServer | Server[Any],
         *,
         timeout: float,
+        startup_timeout: float = STARTUP_TIMEOUT,
         on_tools_changed: OnToolsChanged | None = None,
         errlog: Any = None,
+        redact: Callable[[str], str] = str,
     ) -> None:
         self.name = name
         self._target = target
         self.timeout = timeout
+        self.startup_timeout = startup_timeout
+        self._redact = redact
         self._on_tools_changed = on_tools_changed
         self._errlog = errlog
         self._client: Client | None = None
@@ -89,6 +96,8 @@ class Upstream:
         self.tools: list[JSONObject] = []
         self.last_error: str = ""
         self.starts = 0
+        self.starting = False
+        """True while a start is under way."""
 
     @property
     def kind(self) -> str:
@@ -101,6 +110,15 @@ class Upstream:
     @property
     def connected(self) -> bool:
         return self._client is not None
+
+    @property
+    def status(self) -> str:
+        """``connected``, ``starting``, ``failed`` (its last start or connection failed) or ``stopped``."""
+        if self._client is not None:
+            return "connected"
+        if self.starting:
+            return "starting"
+        return "failed" if self.last_error else "stopped"
 
     @property
     def protocol_version(self) -> str | None:
@@ -158,16 +176,21 @@ class Upstream:
         self._stop = anyio.Event()
         self._done = anyio.Event()
         self.starts += 1
+        self.starting = True
         self._tg.start_soon(self._run, ready, failure, self._stop, self._done)
         try:
-            with anyio.fail_after(min(STARTUP_TIMEOUT, max(self.timeout, 5.0))):
+            with anyio.fail_after(self.startup_timeout):
                 await ready.wait()
         except TimeoutError:
             self._stop.set()
-            self.last_error = "did not start in time"
+            self.last_error = f"did not start within {self.startup_timeout:g} s"
             raise UpstreamFailure(
-                f"upstream {self.name!r} did not start in time", server=self.name, timed_out=True
+                f"upstream {self.name!r} did not start within {self.startup_timeout:g} s",
+                server=self.name,
+                timed_out=True,
             ) from None
+        finally:
+            self.starting = False
         if failure or self._client is None:
             self.last_error = _describe(failure[0]) if failure else "closed during startup"
             raise UpstreamFailure(
@@ -196,7 +219,9 @@ class Upstream:
         except Exception as exc:  # an upstream's death must not take the gateway down
             failure.append(exc)
             self.last_error = _describe(exc)
-            logger.warning("upstream %s (%s) stopped: %s", self.name, self.kind, self.last_error)
+            logger.warning(
+                "upstream %s (%s) stopped: %s", self.name, self.kind, self._redact(self.last_error)
+            )
         finally:
             self._client = None
             ready.set()
