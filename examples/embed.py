@@ -12,7 +12,7 @@ from residency._gateway import desk_tools
 
 
 def main() -> None:
-    session = Session()  # pass a store (e.g. SQLiteStore("agent.db")) to keep it across restarts
+    session = Session()  # Session(SQLiteStore("agent.db"), session_id="a1") keeps it across restarts
     session.register_tools(desk_tools())
     budget = Budget(schema_tokens=800, argument_tokens=2_000)
 

@@ -17,9 +17,11 @@ __all__ = ["main"]
 # Sub-command modules, in the order ``--help`` lists them.
 _COMMANDS = (
     "residency._cli._serve",
+    "residency._cli._config",
     "residency._cli._demo",
     "residency._cli._minify",
     "residency._cli._inspect",
+    "residency._cli._view",
     "residency._cli._bench",
     "residency._cli._lifecycle",
 )

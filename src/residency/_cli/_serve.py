@@ -2,7 +2,9 @@
 
 With no ``--config`` it serves the bundled demo upstream (an incident desk), so a client can
 connect at once. Logs go to stderr (stdout is the protocol on stdio) and never carry the
-values of upstream ``env``/``headers`` or the bearer token.
+values of upstream ``env``/``headers`` or the bearer token. ``--log-level`` sets residency's own
+loggers (``residency.*``) only; other libraries (the lifecycle machine's ``transitions``, the
+MCP SDK, the HTTP stack) log warnings and errors only, whatever the level.
 """
 
 from __future__ import annotations
@@ -11,17 +13,51 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from residency._errors import ConfigError, ResidencyError
 
 TOKEN_ENV = "RESIDENCY_TOKEN"
 SESSION_ENV = "RESIDENCY_SESSION"
 
+QUIET_LOGGERS = ("transitions", "mcp", "mcp_types", "httpx2", "httpcore2", "uvicorn", "starlette")
+"""Libraries whose info and debug lines stay out of the gateway's stderr at any --log-level."""
+
+LOG_FORMAT = "residency: %(levelname)s %(message)s"
+
+EPILOG = f"""\
+Who a session is:
+  A session is what the gateway keeps per client: which tools are resident, the
+  tombstones, the call arguments the client has seen. Sessions live in the store
+  (--store); naming a session again resumes it from there.
+
+  stdio         one session per process, fresh at every start; its key is printed on
+                stderr at startup. --session ID (or env {SESSION_ENV}) names it, and
+                so resumes it in a later process.
+  HTTP, handshake era (initialize; protocol up to 2025-11-25)
+                the connection's Mcp-Session-Id.
+  HTTP, 2026-07-28 era
+                the Residency-Session request header when sent; else the bearer-token
+                identity when a token is configured (--token); else a throwaway session
+                per request that shares nothing with anyone.
+  any transport, any era
+                a Residency-Session header or _meta["residency/session"] on a request
+                names its session (1-128 of letters, digits and ._:@/+=-).
+  --session on HTTP names the session of every request that names none.
+
+Stopping:
+  stdio serves until stdin closes (exit status 0). SIGINT (Ctrl-C) and SIGTERM stop
+  either transport at once: upstreams are stopped and the store closed, then the exit
+  status is 130 (SIGINT) or 143 (SIGTERM). Exit status 2: bad options or config;
+  1: the address cannot be bound.
+"""
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "serve",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
         help="run the MCP gateway (stdio or streamable HTTP)",
         description="Serve the tools of the upstream MCP servers in a config file (the standard "
         "'mcpServers' shape, plus an optional 'residency' section) through one MCP endpoint that "
@@ -42,23 +78,56 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--session",
         metavar="KEY",
-        help=f"session key for requests that name none (stdio default: 'stdio'; env {SESSION_ENV})",
+        help=f"the session of requests that name none; resumes it from the store (env {SESSION_ENV}; "
+        "stdio default: a fresh one per process; HTTP default: one per client)",
     )
     p.add_argument("--token", help=f"bearer token required over HTTP (env {TOKEN_ENV}; overrides the config)")
     p.add_argument("--timeout", type=float, help="seconds per upstream call (overrides the config)")
     p.add_argument(
         "--log-level",
-        default="warning",
+        default="info",
         choices=["debug", "info", "warning", "error"],
-        help="stderr log level",
+        help="level of residency's own log lines on stderr (default: info); other libraries log "
+        "warnings only",
     )
     p.set_defaults(run=run)
 
 
+class _StderrHandler(logging.StreamHandler[TextIO]):
+    """The handler ``serve`` puts on the root logger (recognised, so a second run replaces it).
+
+    It writes to whatever ``sys.stderr`` is when a record is emitted: ``serve`` run in-process
+    (tests) must not leave a handler holding a stream that has since been closed.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr: ``residency.*`` at ``level``, everything else at WARNING and above.
+
+    The root logger stays at WARNING, so a library logger without a level of its own inherits
+    that; the noisy ones are pinned too, in case something lowered the root.
+
+    Args:
+        level: ``debug``, ``info``, ``warning`` or ``error``.
+    """
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(handler)
+    handler = _StderrHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("residency").setLevel(level.upper())
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        stream=sys.stderr, level=args.log_level.upper(), format="residency: %(levelname)s %(message)s"
-    )
+    configure_logging(args.log_level)
     from residency._gateway._run import ServeOptions, serve
 
     try:
@@ -67,11 +136,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"residency serve: {exc}", file=sys.stderr)
         return 2
     try:
-        serve(options)
+        return serve(options)
     except (ConfigError, ResidencyError) as exc:
         print(f"residency serve: {options.secrets.redact(str(exc))}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"residency serve: {options.secrets.redact(str(exc))}", file=sys.stderr)
         return 1
-    return 0

@@ -1,14 +1,35 @@
-"""``residency serve`` without the argument parsing: options, then stdio or HTTP until stopped."""
+"""``residency serve`` without the argument parsing: options, then stdio or HTTP until stopped.
+
+Stopping. stdio serves until its stdin closes (exit status 0). SIGINT (Ctrl-C) and SIGTERM stop
+either transport at once and gracefully: the serving is cancelled, upstreams are stopped (their
+subprocesses end) and the store is closed; the exit status is then 128 + the signal number (130
+for SIGINT, 143 for SIGTERM), as a shell reports a process ended by that signal. Signals that
+arrive during that bounded shutdown are absorbed: the shutdown is already as quick as it can be
+without leaving upstream processes behind.
+
+The SDK's ``stdio_server`` reads stdin in a worker thread, and a thread blocked in ``read`` cannot
+be cancelled: Ctrl-C would wait for the client's next line. So stdin is read here, on the event
+loop (``anyio.wait_readable``), and handed to ``stdio_server`` as an ``AsyncFile``; stdout is
+still claimed by the SDK. When stdin closes, the connection ends and requests still in flight
+are cancelled (the SDK's rule): a client reads its answers before it closes stdin.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
+import stat
 import sys
-from collections.abc import Mapping
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import anyio.abc
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from pydantic import ValidationError
@@ -18,8 +39,9 @@ from residency._gateway._config import GatewayConfig, ResidencySettings, Secrets
 from residency._gateway._demo import IncidentDesk
 from residency._gateway._http import bind, serve_http
 from residency._gateway._server import Gateway
+from residency._gateway._upstream import Upstream
 
-__all__ = ["DEMO_CONFIG", "ServeOptions", "serve"]
+__all__ = ["DEMO_CONFIG", "ServeOptions", "fresh_stdio_session", "serve", "startup_summary"]
 
 DEMO_CONFIG = """{
   "mcpServers": {},
@@ -28,10 +50,22 @@ DEMO_CONFIG = """{
 """The demo desk's policy: a schema budget tight enough that, after a few read-only calls, a
 mutation tool called earlier is demoted and tombstoned (the seed-000 scenario)."""
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_READ_SIZE = 1 << 16
+
+
+def fresh_stdio_session() -> str:
+    """A new stdio session key: one process serves one client, and a new process a new one."""
+    return f"stdio-{uuid.uuid4().hex[:12]}"
+
 
 @dataclass
 class ServeOptions:
-    """What ``residency serve`` runs."""
+    """What ``residency serve`` runs.
+
+    ``session`` is the key of requests that name no session: over stdio always set (given, or
+    fresh per process); over HTTP None unless given, so each client gets its own.
+    """
 
     config: GatewayConfig
     transport: str = "stdio"
@@ -67,7 +101,7 @@ class ServeOptions:
             token = config.residency.token.get_secret_value()
         session = args.session or environ.get("RESIDENCY_SESSION") or None
         if session is None and args.transport == "stdio":
-            session = "stdio"
+            session = fresh_stdio_session()
         secrets = config.secrets()
         if token:
             secrets.add(token)
@@ -84,12 +118,126 @@ class ServeOptions:
         )
 
 
-def serve(options: ServeOptions) -> None:
-    """Run the gateway until stdin closes (stdio) or the process is interrupted (HTTP)."""
-    anyio.run(_serve, options)
+# -- the startup summary ----------------------------------------------------------------------
 
 
-async def _serve(options: ServeOptions) -> None:
+def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = None) -> str:
+    """What ``serve`` prints on stderr before it serves: one ``residency: `` line per fact.
+
+    Args:
+        gateway: the entered gateway (its upstreams have started, failed or are starting).
+        options: what is being served.
+        url: the HTTP endpoint once bound (None over stdio).
+
+    Returns:
+        The lines, joined by newlines; no secret value (upstream ``env``/``headers`` values, the
+        token, a password in the store URL) appears in them.
+    """
+    redact = options.secrets.redact
+    settings = gateway.config.residency
+    lines: list[str] = []
+    for name, upstream in gateway.upstreams.items():
+        what = (
+            f"{upstream.kind}, the demo incident desk" if options.demo and name == "desk" else upstream.kind
+        )
+        lines.append(f"upstream {name} ({what}): {redact(_upstream_state(upstream))}")
+    for name, entry in gateway.config.servers.items():
+        if entry.disabled:
+            lines.append(f"upstream {name}: disabled in the config")
+    if not gateway.config.servers and not gateway.upstreams:
+        lines.append("upstreams: none configured")
+    if options.transport == "http":
+        where = f" at {url}" if url else f" on {options.host}:{options.port}"
+        auth = ", bearer token required" if options.token else ""
+        lines.append(f"transport http{where}{auth}")
+    else:
+        lines.append("transport stdio")
+    lines.append(f"store {redact(redact_url(settings.store))}")
+    budget = settings.budget
+    idle = "off" if budget.idle_turns is None else str(budget.idle_turns)
+    lines.append(
+        f"budget schema_tokens={budget.schema_tokens} argument_tokens={budget.argument_tokens} "
+        f"idle_turns={idle}"
+    )
+    lines.append(f"minify {settings.minify}")
+    key = options.session
+    if options.transport == "stdio" and key is not None:
+        lines.append(f"session {key} (resume with --session {key})")
+    elif key is not None:
+        lines.append(f"session {key} for every request that names none")
+    else:
+        lines.append("sessions: one per client (see 'residency serve --help': Who a session is)")
+    return "\n".join(f"residency: {line}" for line in lines)
+
+
+def _upstream_state(upstream: Upstream) -> str:
+    if upstream.connected:
+        count = len(upstream.tools)
+        return f"{count} tool" if count == 1 else f"{count} tools"
+    if upstream.last_error:
+        return f"failed: {upstream.last_error}"
+    return "starting"
+
+
+def redact_url(url: str) -> str:
+    """``url`` with the password of its user part (``scheme://user:password@host``) shown as ``***``."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url
+    if not password:
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+# -- serving ----------------------------------------------------------------------------------
+
+
+def serve(options: ServeOptions) -> int:
+    """Run the gateway until stdin closes (stdio) or a stop signal arrives.
+
+    Returns:
+        The exit status: 0 when stdin closed, 128 + the signal number after SIGINT or SIGTERM.
+    """
+    return anyio.run(_serve, options)
+
+
+async def _serve(options: ServeOptions) -> int:
+    stopped_by: list[int] = []
+    failure: Exception | None = None
+    if sys.platform == "win32":  # no signal receivers there: Ctrl-C raises KeyboardInterrupt
+        await _run_gateway(options)
+        return 0
+    # The receiver stays open through the shutdown, so a signal arriving then (uvicorn re-raises
+    # the one it caught) is absorbed instead of killing the process before upstreams stop.
+    with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                async for signum in signals:
+                    stopped_by.append(signum)
+                    tg.cancel_scope.cancel()
+                    return
+
+            tg.start_soon(watch)
+            try:
+                await _run_gateway(options)
+            except Exception as exc:  # raised as itself, not inside the task group's ExceptionGroup
+                failure = exc
+            tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    if not stopped_by:
+        return 0
+    name = signal.Signals(stopped_by[0]).name
+    _say(f"residency: stopped by {name}; upstreams closed")
+    return 128 + stopped_by[0]
+
+
+async def _run_gateway(options: ServeOptions) -> None:
     upstreams: dict[str, Server[Any]] = {}
     if options.demo:
         upstreams["desk"] = IncidentDesk().server
@@ -98,12 +246,110 @@ async def _serve(options: ServeOptions) -> None:
     )
     async with gateway:
         if options.transport == "stdio":
-            async with stdio_server() as (read, write):
+            _say(startup_summary(gateway, options))
+            async with _stdin() as stdin, stdio_server(stdin=stdin) as (read, write):
                 await gateway.server.run(read, write, gateway.server.create_initialization_options())
             return
         sock = bind(options.host, options.port)
 
         def started(url: str) -> None:
-            print(f"residency: serving MCP at {url}", file=sys.stderr, flush=True)
+            _say(startup_summary(gateway, options, url))
+            _say(f"residency: serving MCP at {url}")
 
         await serve_http(gateway, sock, host=options.host, token=options.token, started=started)
+
+
+def _say(text: str) -> None:
+    """Write to stderr; a client that closed our stderr must not stop the gateway."""
+    with suppress(OSError, ValueError):
+        print(text, file=sys.stderr, flush=True)
+
+
+# -- stdin, read on the event loop ------------------------------------------------------------
+
+
+class _StdinLines(anyio.AsyncFile[str]):
+    """Lines from a file descriptor, awaited on the event loop so a cancellation ends the wait.
+
+    A descriptor the loop cannot poll (a regular file, which never blocks for long) is read in a
+    worker thread instead.
+    """
+
+    def __init__(self, fd: int) -> None:
+        # The wrapped file only backs AsyncFile's other methods; it never owns (closes) the fd.
+        super().__init__(open(fd, encoding="utf-8", errors="replace", closefd=False))  # noqa: SIM115
+        self._fd = fd
+        self._buffer = bytearray()
+        self._eof = False
+        self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)
+
+    async def readline(self) -> str:
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0 or self._eof:
+                size = end + 1 if end >= 0 else len(self._buffer)
+                line = bytes(self._buffer[:size])
+                del self._buffer[:size]
+                return line.decode("utf-8", errors="replace")
+            chunk = await self._read()
+            self._eof = not chunk
+            self._buffer += chunk
+
+    async def _read(self) -> bytes:
+        if self._pollable:
+            try:
+                await anyio.wait_readable(self._fd)
+            except OSError:  # e.g. epoll refuses the descriptor: fall back to a thread
+                self._pollable = False
+            else:
+                # Readable: data or end of file is there, so this read does not block.
+                return os.read(self._fd, _READ_SIZE)
+        return await anyio.to_thread.run_sync(os.read, self._fd, _READ_SIZE)
+
+
+@asynccontextmanager
+async def _stdin() -> AsyncIterator[anyio.AsyncFile[str] | None]:
+    """The wire's stdin, read on the event loop; None (the SDK's own reader) where it cannot be.
+
+    Like the SDK, it moves the wire off fd 0 while serving (fd 0 reads the null device, so a
+    handler or child that reads stdin cannot eat protocol bytes) and puts it back on exit.
+    """
+    claimed = _claim_stdin()
+    if claimed is None:
+        yield None
+        return
+    private, restore = claimed
+    try:
+        yield _StdinLines(private)
+    finally:
+        restore()
+
+
+def _claim_stdin() -> tuple[int, Callable[[], None]] | None:
+    if sys.platform == "win32" or sys.stdin is None:
+        return None
+    try:
+        if sys.stdin.fileno() != 0:
+            return None
+        import fcntl
+
+        private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    except (OSError, ValueError, AttributeError):
+        return None
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        try:
+            os.dup2(devnull, 0)
+        finally:
+            os.close(devnull)
+    except OSError:
+        os.close(private)
+        return None
+
+    def restore() -> None:
+        try:
+            os.dup2(private, 0)
+        finally:
+            os.close(private)
+
+    return private, restore

@@ -1,0 +1,154 @@
+"""``residency view``: what the model sees now in one gateway session, read from its store.
+
+Prints the tools the gateway lists for the session (its resident tools, in the gateway's
+order, each with the tokens of its shown, minified definition), the three meta-tools with
+their tokens (``reexpand_tools`` carries the tombstone lines in its description), the total,
+and the tombstone lines. Nothing in the store is changed.
+
+Gateway sessions are journaled as ``gateway/<key>``: either form of the id is accepted (the
+id as given first, then ``gateway/<id>``). How tools are shown depends on the gateway's
+``minify`` level, which the journal does not record: pass the ``--config`` the gateway was
+served with (no ``--config``: the demo's policy, as for ``residency serve``) or ``--minify``.
+
+The list is read from the journal alone: a resident tool that its upstream stopped offering
+is shown here although the gateway leaves it out until it is offered again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from residency._core._lifecycle import ToolState
+from residency._errors import ConfigError, ResidencyError
+from residency._gateway._meta_tools import REEXPAND_TOOLS, meta_tool_definitions
+from residency._gateway._sessions import store_id
+from residency._session import Session
+from residency._store._protocol import Store
+from residency._tokens import count_tokens, tokenizer_name
+
+_LEVELS = ("none", "full-text", "lossless", "compact", "minimal")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "view",
+        help="show what the model sees now in a gateway session: listed tools, tokens, tombstones",
+        description="Show the tool list a gateway session is served now, with each tool's tokens, "
+        "the meta-tools, the total and the tombstone lines, read from the gateway's store without "
+        "changing it. Exit codes: 0 shown, 2 bad usage, a missing or unreadable store or config, "
+        "or an unknown session.",
+    )
+    p.add_argument(
+        "--store", required=True, metavar="URL", help="sqlite:///path.db (or a path to a .db file)"
+    )
+    p.add_argument(
+        "--session", required=True, metavar="ID", help="the session key (or its store id, gateway/KEY)"
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the gateway's config, for its minify level (default: the demo's policy)",
+    )
+    p.add_argument("--minify", choices=_LEVELS, help="the gateway's minify level (overrides --config)")
+    p.add_argument("--json", action="store_true", help="print the view as JSON")
+    p.set_defaults(run=run)
+
+
+def _minify_level(args: argparse.Namespace) -> str:
+    """The minify level the gateway served with.
+
+    Raises:
+        ConfigError: the config file is missing or malformed.
+    """
+    if args.minify is not None:
+        return str(args.minify)
+    from residency._gateway._config import load_config, parse_config
+    from residency._gateway._run import DEMO_CONFIG
+
+    config = load_config(args.config) if args.config else parse_config(DEMO_CONFIG, source="<demo>")
+    return config.residency.minify
+
+
+def _find(store: Store, given: str) -> str | None:
+    """The store id of a session: ``given`` itself, else ``gateway/<given>``; None if neither."""
+    known = set(store.sessions())
+    for candidate in (given, store_id(given)):
+        if candidate in known:
+            return candidate
+    return None
+
+
+def view(session: Session) -> dict[str, Any]:
+    """What the model sees now in ``session``: listed tools and meta-tools with tokens, tombstones."""
+    tombstones = session.tombstones()
+    tools = [(n, session.tool(n).tokens) for n in session.tools(ToolState.RESIDENT)]
+    meta = [(str(d["name"]), count_tokens(d)) for d in meta_tool_definitions(tombstones)]
+    tool_tokens = sum(t for _, t in tools)
+    meta_tokens = sum(t for _, t in meta)
+    return {
+        "session": session.session_id,
+        "turn": session.turn,
+        "tools": [{"name": n, "tokens": t} for n, t in tools],
+        "meta_tools": [{"name": n, "tokens": t} for n, t in meta],
+        "tool_tokens": tool_tokens,
+        "meta_tool_tokens": meta_tokens,
+        "total_tokens": tool_tokens + meta_tokens,
+        "tokenizer": tokenizer_name(),
+        "tombstones": tombstones,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    from residency._cli._inspect import _open
+    from residency._gateway._server import _minifier
+
+    try:
+        level = _minify_level(args)
+        store = _open(args.store)
+    except ResidencyError as exc:
+        print(f"residency view: {exc}", file=sys.stderr)
+        return 2
+    try:
+        found = _find(store, args.session)
+        if found is None:
+            known = store.sessions()
+            listing = ", ".join(known) if known else "(none)"
+            print(
+                f"residency view: no session {args.session!r} (nor {store_id(args.session)!r}) in "
+                f"{args.store}; known sessions: {listing}",
+                file=sys.stderr,
+            )
+            return 2
+        session = Session(
+            store, session_id=found, resume=True, minify=_minifier(level), reexpand_tool=REEXPAND_TOOLS
+        )
+        shown = {"requested": args.session, **view(session), "minify": level}
+    except (ConfigError, ResidencyError) as exc:
+        print(f"residency view: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(shown, indent=2))
+    else:
+        _print(shown)
+    return 0
+
+
+def _print(v: dict[str, Any]) -> None:
+    found = "" if v["session"] == v["requested"] else f" (found as {v['session']})"
+    print(f"session {v['requested']}{found}: turn {v['turn']}, minify {v['minify']}")
+    rows = [(t["name"], t["tokens"]) for t in (*v["tools"], *v["meta_tools"])]
+    width = max([len(name) for name, _ in rows] + [len("total")])
+    print(f"listed tools ({len(v['tools'])} resident + {len(v['meta_tools'])} meta-tools):")
+    for t in v["tools"]:
+        print(f"  {t['name']:<{width}}  {t['tokens']:>6}")
+    for m in v["meta_tools"]:
+        print(f"  {m['name']:<{width}}  {m['tokens']:>6}  (meta-tool)")
+    print(f"  {'total':<{width}}  {v['total_tokens']:>6}  tokens ({v['tokenizer']})")
+    print(f"tombstones ({len(v['tombstones'])}):")
+    for line in v["tombstones"] or ["(none)"]:
+        print(f"  {line}")

@@ -1,0 +1,386 @@
+"""``residency config check``, the README's Configuration section, and the host samples."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from residency import ConfigError
+from residency._cli import build_parser, main
+from residency._gateway import load_config
+from residency._gateway._config import VSCODE_HINT, GatewayConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+HOSTS = ROOT / "examples" / "hosts"
+PLACEHOLDER = "/path/to/residency"
+DESK = {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def gateway_file(tmp_path: Path, servers: dict[str, Any], residency: dict[str, Any] | None = None) -> Path:
+    body = {"mcpServers": servers, "residency": residency or {}}
+    return write(tmp_path / "gateway.json", json.dumps(body, indent=2))
+
+
+def check(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The real command in a subprocess: stdio upstreams need a real stderr to inherit."""
+    return subprocess.run(
+        [sys.executable, "-m", "residency", "config", "check", *argv],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+
+
+def findings(err: str, severity: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith(f"residency config check: {severity}: ")]
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+
+def test_a_valid_config_with_a_real_upstream_is_ok(tmp_path: Path) -> None:
+    path = gateway_file(
+        tmp_path, {"desk": DESK}, {"pinned": ["get_incident"], "phases": {"t": ["get_timeline"]}}
+    )
+    done = check(str(path))
+    assert done.returncode == 0, done.stderr
+    assert findings(done.stderr, "warning") == [] and findings(done.stderr, "error") == []
+    assert done.stdout.splitlines() == [f"{path}: OK: 1 server; desk: 14 tools; 0 warnings"]
+
+
+def test_tools_no_upstream_offers_are_warned_about_with_their_key_and_line(tmp_path: Path) -> None:
+    desk_v2 = {**DESK, "args": [*DESK["args"], "--schema", "v2"]}
+    path = gateway_file(
+        tmp_path,
+        {"desk-a": DESK, "desk-b": desk_v2},
+        {
+            "pinned": ["get_incident", "no_such_tool", "desk-a__list_incidents"],
+            "phases": {"triage": ["ghost_tool"]},
+            "read_only": ["desk-b__query_metrics"],
+        },
+    )
+    done = check(str(path))
+    assert done.returncode == 0, done.stderr
+    warned = findings(done.stderr, "warning")
+    text = path.read_text()
+    pinned_line = text[: text.index('"no_such_tool"')].count("\n") + 1
+    phase_line = text[: text.index('"ghost_tool"')].count("\n") + 1
+    assert any(f"line {pinned_line}, key 'residency.pinned'" in w and "'no_such_tool'" in w for w in warned)
+    assert any(
+        f"line {phase_line}, key 'residency.phases.triage'" in w and "'ghost_tool'" in w for w in warned
+    )
+    # Both desks offer get_incident, so the gateway lists it namespaced; the warning says as what.
+    (renamed,) = [w for w in warned if "'get_incident'" in w]
+    assert "desk-a__get_incident" in renamed and "desk-b__get_incident" in renamed
+    # Names the gateway does list draw no warning.
+    assert not [w for w in warned if "desk-a__list_incidents" in w or "desk-b__query_metrics" in w]
+    assert len(warned) == 3
+    assert "desk-a: 14 tools, desk-b: 14 tools; 3 warnings" in done.stdout
+
+
+def test_an_upstream_that_does_not_start_is_named_and_exits_1(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-server")
+    path = gateway_file(tmp_path, {"desk": DESK, "broken": {"command": missing}}, {"pinned": ["gone"]})
+    done = check(str(path))
+    assert done.returncode == 1, done.stderr
+    (error,) = findings(done.stderr, "error")
+    assert "key 'mcpServers.broken'" in error and "did not start" in error
+    assert done.stdout == ""
+    (unknown,) = [w for w in findings(done.stderr, "warning") if "'gone'" in w]
+    assert "broken" in unknown  # the tool may be one of the upstream that did not start
+
+
+def test_an_upstream_that_never_answers_fails_after_startup_timeout(tmp_path: Path) -> None:
+    mute = {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}
+    path = gateway_file(tmp_path, {"desk": DESK, "mute": mute}, {"startup_timeout": 3, "ready_wait": 0})
+    done = check(str(path))
+    assert done.returncode == 1, done.stderr
+    (error,) = findings(done.stderr, "error")
+    assert "key 'mcpServers.mute'" in error and "did not start" in error
+
+
+def test_an_upstream_error_never_shows_a_secret(tmp_path: Path) -> None:
+    secret = "s3cret-v4lue-in-env"
+    broken = {"command": str(tmp_path / "absent"), "args": [secret], "env": {"TOKEN": secret}}
+    path = gateway_file(tmp_path, {"broken": broken})
+    done = check(str(path))
+    assert done.returncode == 1
+    assert secret not in done.stderr + done.stdout
+
+
+def test_no_connect_checks_the_file_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = gateway_file(
+        tmp_path, {"never": {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"]}}
+    )
+    assert main(["config", "check", "--no-connect", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out == f"{path}: OK: 1 server; upstreams not started (--no-connect); 0 warnings\n"
+
+
+@pytest.mark.parametrize("text", ['{"mcpServers": {}}', '{\n  "residency": {"pinned": ["a"]}\n}'])
+def test_a_config_with_no_upstream_is_an_error(
+    text: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path / "empty.json", text)
+    assert main(["config", "check", str(path)]) == 2
+    captured = capsys.readouterr()
+    (error,) = findings(captured.err, "error")
+    assert f"{path}: " in error and "key 'mcpServers'" in error
+    assert captured.out == ""
+
+
+def test_a_vs_code_file_gets_the_mcp_servers_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path / "mcp.json", (HOSTS / "vscode-mcp.json").read_text())
+    assert main(["config", "check", "--no-connect", str(path)]) == 2
+    (error,) = findings(capsys.readouterr().err, "error")
+    assert error.endswith(f"{path}: line 2, key 'servers': {VSCODE_HINT}")
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (
+            '{"mcpServers": {"a": {"command": "x"}},\n "residency": {\n  "minify": "tiny"}}',
+            "line 3, key 'residency.minify'",
+        ),
+        (
+            '{"mcpServers": {"a": {"command": "x"}},\n "residency": {"budget": {"schema_tokns": 1}}}',
+            "line 2, key 'residency.budget.schema_tokns'",
+        ),
+        ('{"mcpServers": {\n  "a": {"command": "x",}\n}}', "line 2, column 24"),
+        ('{"mcpServers": {"a": {"command": "x"}},\n "colour": "blue"}', "line 2, key 'colour'"),
+    ],
+)
+def test_a_malformed_file_exits_2_naming_file_line_and_key(
+    text: str, where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path / "gateway.json", text)
+    assert main(["config", "check", str(path)]) == 2
+    (error,) = findings(capsys.readouterr().err, "error")
+    assert f"{path}: {where}" in error
+
+
+def test_a_missing_file_exits_2_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "check", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json" in capsys.readouterr().err
+
+
+def test_what_hosts_get_wrong_is_warned_about_without_connecting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    servers = {
+        "bare": {"command": "surely-not-an-installed-command-xyz"},
+        "gone": {"command": str(tmp_path / "absent")},
+        "where": {"command": sys.executable, "cwd": str(tmp_path / "no-dir")},
+        "off": {"command": "surely-not-an-installed-command-xyz", "disabled": True},
+    }
+    path = gateway_file(tmp_path, servers, {"store": "sqlite:///relative.db", "pinned": ["search_tools"]})
+    assert main(["config", "check", "--no-connect", str(path)]) == 0
+    captured = capsys.readouterr()
+    keys = sorted(re.findall(r"key '([^']+)'", "\n".join(findings(captured.err, "warning"))))
+    assert keys == [
+        "mcpServers.bare.command",
+        "mcpServers.gone.command",
+        "mcpServers.where.cwd",
+        "residency.store",
+    ]
+    assert "3 servers (1 disabled)" in captured.out and "4 warnings" in captured.out
+    assert not (tmp_path / "relative.db").exists() and not (ROOT / "relative.db").exists()
+
+
+def test_a_pinned_meta_tool_is_pointed_out(tmp_path: Path) -> None:
+    path = gateway_file(tmp_path, {"desk": DESK}, {"pinned": ["search_tools"]})
+    done = check(str(path))
+    assert done.returncode == 0, done.stderr
+    (warning,) = findings(done.stderr, "warning")
+    assert "key 'residency.pinned'" in warning and "meta-tool" in warning
+
+
+def test_an_entry_that_serves_this_same_file_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "gateway.json"
+    gateway_file(tmp_path, {"me": {"command": "residency", "args": ["serve", "--config", str(path)]}})
+    assert main(["config", "check", str(path)]) == 2
+    (error,) = findings(capsys.readouterr().err, "error")
+    assert "key 'mcpServers.me'" in error
+    other = write(tmp_path / "other.json", path.read_text())  # another gateway's config: fine
+    assert main(["config", "check", "--no-connect", str(other)]) == 0
+
+
+def test_a_check_does_not_create_the_configured_store(tmp_path: Path) -> None:
+    db = tmp_path / "sessions.db"
+    path = gateway_file(tmp_path, {"desk": DESK}, {"store": f"sqlite:///{db}"})
+    done = check(str(path))
+    assert done.returncode == 0, done.stderr
+    assert not db.exists()
+
+
+# -- the README documents every key --------------------------------------------------------------
+
+
+def configuration_section() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("\n## Configuration\n")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def documented_rows() -> dict[str, str]:
+    rows: dict[str, str] = {}
+    for line in configuration_section().splitlines():
+        found = re.match(r"\| `([^`]+)` \|", line)
+        if found:
+            assert found.group(1) not in rows, f"{found.group(1)} is documented twice"
+            rows[found.group(1)] = line
+    return rows
+
+
+def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+    for arg in typing.get_args(annotation):
+        yield from _models_in(arg)
+
+
+def config_keys(model: type[BaseModel] = GatewayConfig, prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    """Every key a config file may hold, as the README names it, with its field."""
+    for name, field in model.model_fields.items():
+        if model is GatewayConfig and name == "source":
+            continue  # set by the loader to name the file in errors; not a key of the file
+        key = field.alias or name
+        yield prefix + key, field
+        for inner in _models_in(field.annotation):
+            # Server entries are documented by their own keys; the residency section's nested
+            # budget by its dotted path.
+            nested = f"{prefix}{key}." if inner.__name__ == "BudgetSettings" else ""
+            yield from config_keys(inner, nested)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, tuple):
+        value = list(value)
+    return f"`{json.dumps(value)}`"
+
+
+def _literals(annotation: Any) -> list[Any]:
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return [v for a in typing.get_args(annotation) for v in _literals(a)]
+    return []
+
+
+def test_the_readme_documents_every_config_key_with_its_default_and_values() -> None:
+    rows = documented_rows()
+    keys = list(config_keys())
+    assert {k for k, _ in keys} >= {"mcpServers", "command", "url", "budget.idle_turns", "ready_wait"}
+    for key, field in keys:
+        if key == "budget":
+            continue  # documented as budget.schema_tokens, budget.argument_tokens, ...
+        assert key in rows, f"README Configuration: no row for `{key}`"
+        row = rows[key]
+        if field.is_required():
+            assert "required" in row, row
+        elif not isinstance(field.default, BaseModel):
+            assert _shown(field.default) in row, f"{key}: default {_shown(field.default)} not in: {row}"
+        for value in _literals(field.annotation):
+            assert f'"{value}"' in row, f"{key}: accepted value {value!r} not in: {row}"
+
+
+def test_the_readme_documents_no_key_the_code_does_not_accept() -> None:
+    known = {key for key, _ in config_keys()}
+    assert set(documented_rows()) <= known
+
+
+def test_the_readme_json_snippets_parse() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("\n## Configuration\n")
+    end = text.index("\n## ", text.index("\n## Connecting a host\n") + 1)
+    blocks = re.findall(r"```json\n(.*?)```", text[start:end], flags=re.S)
+    assert len(blocks) >= 4
+    for block in blocks:
+        json.loads(block)
+
+
+# -- host samples --------------------------------------------------------------------------------
+
+
+def concrete(text: str) -> str:
+    """A sample with its placeholders replaced by this checkout and this interpreter."""
+    return text.replace(f"{PLACEHOLDER}/.venv/bin/python", sys.executable).replace(PLACEHOLDER, str(ROOT))
+
+
+def gateway_entry(servers: dict[str, Any]) -> dict[str, Any]:
+    entry = servers["residency"]
+    assert Path(entry["command"]).is_absolute() and entry["command"].endswith("/bin/residency")
+    assert entry["args"][:2] == ["serve", "--config"] and len(entry["args"]) == 3
+    assert entry["args"][2].startswith(PLACEHOLDER + "/")
+    return dict(entry)
+
+
+@pytest.mark.parametrize("sample", ["claude_desktop_config.json", "cursor-mcp.json"])
+def test_mcp_servers_host_samples_point_at_a_gateway_config_that_checks(
+    sample: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = json.loads((HOSTS / sample).read_text())
+    assert set(data) == {"mcpServers"}
+    entry = gateway_entry(data["mcpServers"])
+    load_config(HOSTS / sample)  # the hosts' shape is the gateway's shape
+    target = ROOT / entry["args"][2].removeprefix(PLACEHOLDER + "/")
+    assert target.is_file()
+    path = write(tmp_path / "gateway.json", concrete(target.read_text()))
+    assert main(["config", "check", "--no-connect", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "0 warnings" in captured.out
+
+
+def test_the_sample_gateway_config_serves_its_upstream(tmp_path: Path) -> None:
+    path = write(tmp_path / "gateway.json", concrete((HOSTS / "gateway.json").read_text()))
+    done = check(str(path))
+    assert done.returncode == 0, done.stderr
+    assert "desk: 14 tools; 0 warnings" in done.stdout
+
+
+def test_the_vs_code_sample_has_the_vs_code_shape() -> None:
+    data = json.loads((HOSTS / "vscode-mcp.json").read_text())
+    assert set(data) == {"servers"}
+    entry = gateway_entry(data["servers"])
+    assert entry["type"] == "stdio"
+    with pytest.raises(ConfigError) as raised:  # and is not mistaken for a gateway config
+        load_config(HOSTS / "vscode-mcp.json")
+    assert raised.value.where == "servers"
+    claude = json.loads((HOSTS / "claude_desktop_config.json").read_text())["mcpServers"]["residency"]
+    assert {k: v for k, v in entry.items() if k != "type"} == claude
+
+
+def test_the_http_samples_reach_what_serve_listens_on() -> None:
+    serve = build_parser().parse_args(["serve", "--transport", "http"])
+    url = f"http://{serve.host}:{serve.port}/mcp"
+    cursor = json.loads((HOSTS / "cursor-mcp-http.json").read_text())["mcpServers"]["residency"]
+    assert cursor == {"url": url, "headers": {"Authorization": "Bearer ${env:RESIDENCY_TOKEN}"}}
+    vscode = json.loads((HOSTS / "vscode-mcp-http.json").read_text())
+    entry = vscode["servers"]["residency"]
+    assert (entry["type"], entry["url"]) == ("http", url)
+    (prompt,) = vscode["inputs"]
+    assert entry["headers"]["Authorization"] == f"Bearer ${{input:{prompt['id']}}}"
+    assert prompt["type"] == "promptString" and prompt["password"] is True

@@ -1,0 +1,144 @@
+"""``residency view`` shows what the model sees, read from a store a real gateway wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from residency import SQLiteStore, ToolState
+from residency._cli import main
+from residency._gateway import IncidentDesk
+from residency._gateway._demo import SCENARIO_READS
+from residency._tokens import count_tokens
+from tests.gateway.conftest import agent, running
+
+POLICY = {"budget": {"schema_tokens": 700}, "minify": "compact"}
+UPDATE = {"incident_id": "INC-7", "severity": "SEV-2", "assignee": {"id": "u-42"}, "notify": True}
+
+
+async def _serve_a_session(path: Path) -> dict[str, Any]:
+    """Run the seed-000 scenario through a gateway journaling to ``path``; return what the agent last saw."""
+    store = SQLiteStore(path)
+    try:
+        with anyio.fail_after(60):
+            async with running(POLICY, desk=IncidentDesk(), store=store) as gw, agent(gw, "legacy") as a:
+                session = gw.session(a.key)
+                assert not (await a.use("update_incident", UPDATE)).is_error
+                for name, arguments in SCENARIO_READS[:7]:
+                    assert not (await a.use(name, arguments)).is_error
+                    if session.state("update_incident") is not ToolState.RESIDENT:
+                        break
+                assert session.state("update_incident") is ToolState.TOMBSTONED
+                tools = await a.tools()
+                return {
+                    "key": a.key,
+                    "tools": [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools],
+                    "tombstones": session.tombstones(),
+                }
+    finally:
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("view") / "gateway.db"
+    seen = anyio.run(_serve_a_session, path)
+    config = path.parent / "gateway.json"
+    config.write_text(json.dumps({"mcpServers": {}, "residency": POLICY}))
+    return path, seen
+
+
+def _view(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["view", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_view_lists_what_the_agent_was_served_with_its_tokens(
+    served: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, seen = served
+    code, out, _ = _view(
+        capsys,
+        "--store",
+        f"sqlite:///{path}",
+        "--session",
+        seen["key"],
+        "--config",
+        str(path.parent / "gateway.json"),
+        "--json",
+    )
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["session"] == f"gateway/{seen['key']}" and shown["requested"] == seen["key"]
+    listed = [(t["name"], t["tokens"]) for t in (*shown["tools"], *shown["meta_tools"])]
+    # The same tools, in the same order, each costing what its definition on the wire costs.
+    assert listed == [(t["name"], count_tokens(t)) for t in seen["tools"]]
+    assert [m["name"] for m in shown["meta_tools"]] == ["search_tools", "reexpand_tools", "check_chain"]
+    assert shown["total_tokens"] == sum(count_tokens(t) for t in seen["tools"])
+    assert shown["tombstones"] == seen["tombstones"] and shown["tombstones"][0].startswith("update_incident:")
+    assert "update_incident" not in [t["name"] for t in shown["tools"]]
+    assert shown["minify"] == "compact"
+
+
+def test_view_accepts_the_store_id_and_prints_a_table(
+    served: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, seen = served
+    code, out, _ = _view(
+        capsys, "--store", str(path), "--session", f"gateway/{seen['key']}", "--minify", "compact"
+    )
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith(f"session gateway/{seen['key']}: turn ")
+    total = next(line for line in lines if line.strip().startswith("total"))
+    assert int(total.split()[1]) == sum(count_tokens(t) for t in seen["tools"])
+    assert f"  {seen['tombstones'][0]}" in lines
+    assert any(line.split()[:1] == ["reexpand_tools"] and line.endswith("(meta-tool)") for line in lines)
+
+
+def test_the_default_policy_is_the_demos(
+    served: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, seen = served
+    code, out, _ = _view(capsys, "--store", str(path), "--session", seen["key"], "--json")
+    assert code == 0
+    shown = json.loads(out)
+    assert shown["minify"] == "compact"  # ``residency serve`` with no --config
+    assert shown["total_tokens"] == sum(count_tokens(t) for t in seen["tools"])
+
+
+def test_an_unknown_session_is_exit_2_naming_the_known_ones(
+    served: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, seen = served
+    code, out, err = _view(capsys, "--store", str(path), "--session", "nobody")
+    assert code == 2 and out == ""
+    assert "'nobody'" in err and "'gateway/nobody'" in err
+    assert f"gateway/{seen['key']}" in err
+
+
+def test_a_missing_store_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _view(capsys, "--store", str(tmp_path / "absent.db"), "--session", "x")
+    assert code == 2 and "absent.db" in err
+
+
+def test_viewing_changes_nothing(
+    served: tuple[Path, dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, seen = served
+
+    def journal() -> list[tuple[str, object]]:
+        store = SQLiteStore(path)
+        try:
+            return [(e.op, dict(e.data)) for e in store.load(f"gateway/{seen['key']}")]
+        finally:
+            store.close()
+
+    before = journal()
+    assert _view(capsys, "--store", str(path), "--session", seen["key"])[0] == 0
+    assert journal() == before
