@@ -17,6 +17,7 @@ are cancelled (the SDK's rule): a client reads its answers before it closes stdi
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import stat
@@ -206,6 +207,11 @@ def serve(options: ServeOptions) -> int:
 
 
 async def _serve(options: ServeOptions) -> int:
+    if not options.demo and not options.config.enabled_servers:
+        logging.getLogger("residency.gateway").warning(
+            "no enabled upstream under 'mcpServers': serving only the meta-tools "
+            "(see 'residency config check FILE')"
+        )
     stopped_by: list[int] = []
     failure: Exception | None = None
     if sys.platform == "win32":  # no signal receivers there: Ctrl-C raises KeyboardInterrupt
