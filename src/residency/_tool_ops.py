@@ -245,6 +245,11 @@ class ToolOps(SessionBase):
         self._spec(name)
         return self._resident_by_tool.get(name, 0) > 0
 
+    @property
+    def reexpand_tool(self) -> str:
+        """The name tombstones tell the model to call to get a withheld schema back."""
+        return self._reexpand_tool
+
     def is_pinned(self, name: str) -> bool:
         return name in self._pinned
 
