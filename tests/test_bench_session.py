@@ -10,7 +10,9 @@ from typing import Any
 import jsonschema
 import pytest
 
+from residency._bench._pricing import PROFILES
 from residency._bench._simulate import (
+    DeferStrategy,
     ResidencyStrategy,
     Seed003Strategy,
     Strategy,
@@ -31,6 +33,7 @@ from residency._bench._trace import (
 from residency._bench.session import GENERATED_END, GENERATED_START, TRACES, main, readme_table, run_trace
 from residency._cli import main as cli_main
 from residency._errors import InvalidInput
+from residency._tokens import count_tokens
 
 from .conftest import CORPUS
 
@@ -69,6 +72,10 @@ def _call(tool: str, intent: list[str] | None = None, **arguments: Any) -> dict[
     return {"tool": tool, "arguments": arguments, **({"intent": intent} if intent else {})}
 
 
+def _sized(call: dict[str, Any], tokens: int) -> dict[str, Any]:
+    return {**call, "result_tokens": tokens}
+
+
 def _tiny(**extra: Any) -> dict[str, Any]:
     """git_log is used in phase 'look' with a filter, then needed again in phase 'change'."""
     trace = {
@@ -79,12 +86,15 @@ def _tiny(**extra: Any) -> dict[str, Any]:
         "turns": [
             {
                 "phase": "look",
-                "calls": [_call("git_log", repo_path=REPO, max_count=5, start_timestamp="2 weeks ago")],
+                "say": "What changed lately?",
+                "calls": [
+                    _sized(_call("git_log", repo_path=REPO, max_count=5, start_timestamp="2 weeks ago"), 250)
+                ],
             },
-            {"calls": [_call("git_status", repo_path=REPO)]},
-            {"phase": "change", "calls": [_call("git_add", repo_path=REPO, files=["a.py"])]},
-            {"calls": [_call("git_commit", repo_path=REPO, message="Fix a")]},
-            {"calls": [_call("git_log", repo_path=REPO, max_count=20)]},
+            {"calls": [_sized(_call("git_status", repo_path=REPO), 60)]},
+            {"phase": "change", "calls": [_sized(_call("git_add", repo_path=REPO, files=["a.py"]), 20)]},
+            {"calls": [_sized(_call("git_commit", repo_path=REPO, message="Fix a"), 35)]},
+            {"calls": [_sized(_call("git_log", repo_path=REPO, max_count=20), 900)]},
         ],
     }
     trace.update(extra)
@@ -294,7 +304,7 @@ def test_run_trace_reports_every_strategy_with_the_required_figures(
 ) -> None:
     trace, toolset = _bound(_tiny(), corpus)
     result = run_trace(trace, toolset, sweep=(200, 4000))
-    assert set(result["strategies"]) == {"all-full", "seed-003", "minify", "residency"}
+    assert set(result["strategies"]) == {"all-full", "seed-003", "minify", "defer", "residency"}
     for figures in result["strategies"].values():
         assert set(figures) >= STRATEGY_KEYS
         assert len(figures["per_turn_tokens"]) == len(trace.turns)
@@ -302,6 +312,125 @@ def test_run_trace_reports_every_strategy_with_the_required_figures(
     assert result["tokenizer"]
     assert result["planning"]["planning_cost_ratio"] > 0
     assert [s["schema_tokens"] for s in result["budget_sweep"]] == [200, 4000]
+    assert all("cost_vs_all_full" in s and "list_changes" in s for s in result["budget_sweep"])
+
+
+def test_run_trace_reports_the_bill_per_result_regime_with_a_verdict_per_target(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    result = run_trace(trace, toolset, profile="anthropic-1h", result_scales=(1.0, 4.0))
+    assert result["cost"]["profile"] == "anthropic-1h"
+    assert set(result["cost"]["regimes"]) == {"x1", "x4"}
+    for reg in result["cost"]["regimes"].values():
+        bills = reg["strategies"]
+        assert set(bills) == set(result["strategies"])
+        assert all(set(b["effective_cost"]) == set(PROFILES) for b in bills.values())
+        assert bills["all-full"]["cost_vs_all_full"] == dict.fromkeys(PROFILES, 1.0)
+        for b in bills.values():
+            assert b["raw_input_tokens"] >= b["peak_context_tokens"] > 0
+            assert b["effective_cost"]["none"] == b["raw_input_tokens"]
+            assert len(b["per_turn_cost"]) == len(trace.turns)
+        assert bills["defer"]["list_changes"] == 0
+    x1, x4 = (result["cost"]["regimes"][k]["strategies"]["all-full"] for k in ("x1", "x4"))
+    assert x4["raw_input_tokens"] > x1["raw_input_tokens"]
+    assert result["phases_entered"] == 2
+    for targets in result["targets"].values():
+        assert set(targets) >= {
+            "cost_vs_all_full",
+            "list_changes",
+            "ghost_invalid_failed",
+            "raw_tool_token_cut",
+        }
+        assert targets["list_changes"]["target"] == "<= 5"
+        assert all(isinstance(t["ok"], bool) for k, t in targets.items() if k != "openai_cost_vs_all_full")
+        assert targets["openai_cost_vs_all_full"]["ok"] is None
+
+
+def test_results_enter_the_transcript_at_the_result_scale(corpus: dict[str, list[dict[str, Any]]]) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    last = {}
+    for scale in (1.0, 4.0):
+        strategy = Strategy(toolset)
+        replay(trace, toolset, strategy, result_scale=scale)
+        last[scale] = strategy.prompt.requests[-1]
+    sized = sum(c.result_tokens or 0 for t in trace.turns for c in t.calls)
+    assert sized == 250 + 60 + 20 + 35 + 900
+    # The last request holds every result (no compaction in this trace), four times larger.
+    assert last[4.0].total_tokens - last[1.0].total_tokens == 3 * sized
+
+
+def test_every_call_makes_a_request_and_every_turn_closes_with_one(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    strategy = Strategy(toolset)
+    replay(trace, toolset, strategy)
+    assert len(strategy.prompt.requests) == trace.calls + len(trace.turns)
+    # all-full never changes its list: every request after the first reads the last prompt.
+    first, *rest = strategy.prompt.requests
+    assert first.cached_tokens == 0
+    assert all(r.cached_tokens > 0 and not r.list_changed for r in rest)
+
+
+def test_seed003_changes_its_list_when_the_phase_changes(corpus: dict[str, list[dict[str, Any]]]) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    strategy = Seed003Strategy(toolset, _prune(), trace.phases)
+    replay(trace, toolset, strategy)
+    changed = [r for r in strategy.prompt.requests if r.list_changed]
+    assert len(changed) == 1
+    assert changed[0].turn == 2 and changed[0].cached_tokens == 0
+
+
+def test_defer_keeps_one_tool_list_and_loads_schemas_through_search(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace, toolset = _bound(_tiny(pinned=["git_status"]), corpus)
+    strategy = DeferStrategy(toolset, trace)
+    tally = replay(trace, toolset, strategy)
+    assert set(strategy.shown(None)) == {"git_status", "search_tools"}
+    assert not any(r.list_changed for r in strategy.prompt.requests)
+    assert tally.failed_calls == tally.ghost_calls_forwarded == tally.invalid_calls_forwarded == 0
+    # git_log, git_add and git_commit each came through a search; the pinned git_status did not.
+    assert tally.searches >= 3
+    assert tally.per_turn_result_tokens[0] > 0 and tally.per_turn_result_tokens[1] == 0
+    # A search costs one more request, whose result (the schemas) is then read from the cache.
+    assert len(strategy.prompt.requests) == trace.calls + len(trace.turns) + tally.searches
+
+
+def test_residency_applies_the_planners_argument_evictions_to_its_transcript(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    raw = _tiny(budget={"schema_tokens": 2000, "argument_tokens": 30})
+    trace, toolset = _bound(raw, corpus)
+    strategy = ResidencyStrategy(toolset, _minify(), trace)
+    tally = replay(trace, toolset, strategy)
+    assert tally.argument_evictions >= 1
+    held = [str(ref) for ref, _, _ in strategy.prompt.calls()]
+    assert held == [c.id for c in strategy.session.resident_calls()]
+    assert len(held) < tally.completed_calls
+
+
+def test_every_shipped_call_has_a_result_size() -> None:
+    for path in _shipped():
+        trace = load_trace(path)
+        assert trace.unsized_calls == 0, path.name
+        assert all((c.result_tokens or 0) > 0 for t in trace.turns for c in t.calls), path.name
+
+
+def test_a_result_given_as_text_is_counted_and_a_bad_size_is_refused() -> None:
+    raw = _tiny()
+    raw["turns"][1]["calls"][0] = {**_call("git_status", repo_path=REPO), "result": "On branch main"}
+    trace = parse_trace(raw)
+    assert trace.turns[1].calls[0].result_tokens == count_tokens("On branch main") > 0
+    raw["turns"][1]["calls"][0]["result_tokens"] = 3
+    with pytest.raises(InvalidInput) as caught:
+        parse_trace(raw)
+    assert caught.value.where == "$.turns[1].calls[0]"
+    raw["turns"][1]["calls"][0] = _sized(_call("git_status", repo_path=REPO), -1)
+    with pytest.raises(InvalidInput) as caught:
+        parse_trace(raw)
+    assert caught.value.where == "$.turns[1].calls[0].result_tokens"
 
 
 def test_the_cli_writes_json_a_plot_and_the_readme_table(
@@ -335,6 +464,7 @@ def test_the_cli_writes_json_a_plot_and_the_readme_table(
     assert main(["--readme-table", str(out)]) == 0
     table = capsys.readouterr().out
     assert "| tiny | residency |" in table and "| tiny | seed-003 |" in table
+    assert "| tiny | x1 | defer |" in table and "| tiny | x4 | residency |" in table
     readme = tmp_path / "README.md"
     readme.write_text(f"# Results\n{GENERATED_START} ... -->\nold table\n{GENERATED_END}\nkept\n")
     assert main(["--readme-table", str(out), "--write", str(readme)]) == 0
@@ -355,3 +485,27 @@ def test_the_cli_refuses_a_bad_trace_with_exit_code_2(tmp_path: Path) -> None:
 def test_readme_table_refuses_json_that_is_not_a_session_result() -> None:
     with pytest.raises(InvalidInput):
         readme_table([{"name": "lifecycle", "data": {}}])
+
+
+def test_the_cli_checks_the_cost_targets_on_the_profile_given_at_the_scales_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace_file = tmp_path / "tiny.json"
+    trace_file.write_text(json.dumps(_tiny()))
+    out = tmp_path / "out.json"
+    args = ["bench", "session", "--corpus", str(CORPUS), "--trace", str(trace_file), "--quiet"]
+    code = cli_main([*args, "--profile", "openai", "--result-scale", "2,0.5", "--json", str(out)])
+    assert code in (0, 1)
+    [report] = json.loads(out.read_text())
+    tiny = report["data"]["traces"]["tiny"]
+    assert tiny["cost"]["profile"] == "openai"
+    assert set(tiny["cost"]["regimes"]) == {"x2", "x0.5"}
+    names = [f["name"] for f in report["figures"]]
+    assert "tiny x2: residency cost / all-full, openai" in names
+    assert "tiny x0.5: residency tool-list changes" in names
+    assert set(report["data"]["profiles"]) == set(PROFILES)
+    capsys.readouterr()
+    for bad in (["--result-scale", "0"], ["--result-scale", "x"], ["--profile", "gemini"]):
+        with pytest.raises(SystemExit) as caught:
+            cli_main([*args, *bad])
+        assert caught.value.code == 2

@@ -1,4 +1,4 @@
-"""The simulated model and the four strategies the session benchmark replays a trace under.
+"""The simulated model and the five strategies the session benchmark replays a trace under.
 
 Theory of operation
 -------------------
@@ -24,9 +24,17 @@ Every forwarded call is validated against the FULL definition the upstream serve
 turn. A call that is never forwarded, or that the upstream rejects, failed; one the upstream
 accepts completed, and is also counted stale if its arguments differ from what the task needed
 (a stale value kept, a field dropped: the upstream acted on something else than was meant).
-Tokens are those of what the model is sent about tools: the tool list as a model API
+Tool tokens are those of what the model is sent about tools: the tool list as a model API
 receives it (name, description, input schema), tombstone lines, meta-tool definitions, and the
-results of ``search_tools``, ``reexpand_tools`` and refusals, in the turn they happen.
+results of ``search_tools``, ``reexpand_tools`` and refusals, in the turn they happen (one
+request per turn). Besides, every strategy keeps the whole prompt of every request in a
+``_pricing.Prompt`` (tool block, user words, calls, results, meta-tool exchanges, one request
+per step): the cost model prices it.
+
+``defer`` is the pattern of a provider's tool search: a tool block that never changes (the
+pinned tools, full, plus one search tool); a search returns the full definitions of its top
+``DEFER_HITS`` hits in its result, in the transcript, and those tools are callable while that
+result is there. It has no tombstones and no refusals.
 """
 
 from __future__ import annotations
@@ -34,22 +42,30 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import jsonschema
 
+from residency._bench._pricing import Prompt, block_key, call_tokens
 from residency._bench._trace import Toolset, Trace, TraceCall, TraceTurn
 from residency._core._lifecycle import ToolState
 from residency._core._tools import JSONObject, definition_hash
 from residency._errors import CallRefused
 from residency._gateway._aggregate import Catalog, CatalogEntry
-from residency._gateway._meta_tools import meta_tool_definitions, reexpand_tools, search_tools
-from residency._gateway._search import tokenize
+from residency._gateway._meta_tools import (
+    REEXPAND_TOOLS,
+    SEARCH_TOOLS,
+    meta_tool_definitions,
+    reexpand_tools,
+    search_tools,
+)
+from residency._gateway._search import search, tokenize
 from residency._session import Session
 from residency._tokens import count_tokens
 
 __all__ = [
+    "DEFER_HITS",
     "STRATEGIES",
     "Model",
     "Strategy",
@@ -64,9 +80,13 @@ __all__ = [
 Model = Literal["heeding", "careless"]
 Minifier = Callable[[JSONObject], JSONObject]
 
-STRATEGIES = ("all-full", "seed-003", "minify", "residency")
+STRATEGIES = ("all-full", "seed-003", "minify", "defer", "residency")
 
 SEARCH_LIMIT = 5
+# A provider's tool search loads the full definitions of its 3 to 5 best hits; the low end.
+DEFER_HITS = 3
+# The upstream's answer to arguments its schema rejects: one short error line.
+ERROR_RESULT_TOKENS = 40
 
 # -- the model ---------------------------------------------------------------------------------
 
@@ -144,6 +164,7 @@ class Tally:
     reexpansions: int = 0
     searches: int = 0
     search_misses: int = 0
+    argument_evictions: int = 0
     per_turn_tokens: list[int] = field(default_factory=list)
     per_turn_tokens_results_carried: list[int] = field(default_factory=list)
     per_turn_result_tokens: list[int] = field(default_factory=list)
@@ -156,16 +177,8 @@ class Tally:
             "total_tokens_results_carried": sum(self.per_turn_tokens_results_carried),
             "per_turn_tokens": list(self.per_turn_tokens),
             "meta_result_tokens": sum(self.per_turn_result_tokens),
-            "calls": self.calls,
-            "completed_calls": self.completed_calls,
-            "failed_calls": self.failed_calls,
-            "ghost_calls_forwarded": self.ghost_calls_forwarded,
-            "invalid_calls_forwarded": self.invalid_calls_forwarded,
-            "stale_calls_forwarded": self.stale_calls_forwarded,
-            "refused_calls": self.refused_calls,
-            "reexpansions": self.reexpansions,
-            "searches": self.searches,
-            "search_misses": self.search_misses,
+            # Every count as it is (the annotations are strings: postponed evaluation).
+            **{f.name: getattr(self, f.name) for f in fields(self) if f.type == "int"},
         }
         if self.tombstones_per_turn:
             out["max_tombstones_shown"] = max(self.tombstones_per_turn)
@@ -175,7 +188,8 @@ class Tally:
 class Strategy:
     """Shows every tool, full, every turn (``all-full``); subclasses show less.
 
-    The transcript is the calls whose arguments the model still sees, oldest first.
+    ``prompt`` holds what every request sends; ``transcript`` is the calls whose arguments the
+    model still sees, oldest first.
     """
 
     name = "all-full"
@@ -184,13 +198,16 @@ class Strategy:
         self.definitions = dict(toolset.initial)
         self._upgraded = toolset.upgraded
         self.tally = Tally()
-        self.transcript: list[tuple[str, JSONObject]] = []
+        self.prompt = Prompt()
         self._validators: dict[str, Any] = {}
         self._extra = 0  # tokens of meta-tool results this turn
         self._carried = 0  # tokens of meta-tool results of earlier turns still in the transcript
         self._shown: dict[str, JSONObject] = {}
         self._shown_tokens = 0
+        self._block = ""
         self._opened = False
+        self._calls = 0
+        self._last_ref = ""  # the call just forwarded, for its result
 
     # What the model is shown: recomputed only when definitions change.
     def shown(self, phase: str | None) -> dict[str, JSONObject]:
@@ -199,6 +216,11 @@ class Strategy:
     def _refresh(self, phase: str | None) -> None:
         self._shown = self.shown(phase)
         self._shown_tokens = count_tokens(list(self._shown.values()))
+        self._block = block_key(list(self._shown.values()))
+
+    def block(self) -> tuple[str, int]:
+        """This turn's tool block: its ``block_key`` and its tokens."""
+        return self._block, self.turn_tokens()
 
     def open_turn(self, turn: TraceTurn, phase: str | None, changed: bool) -> None:
         if changed or not self._opened:
@@ -210,6 +232,7 @@ class Strategy:
         return self._shown_tokens
 
     def close_turn(self, base: int) -> None:
+        self.prompt.request()  # the model answers once the turn's last result is in
         total = base + self._extra
         self.tally.per_turn_tokens.append(total)
         self.tally.per_turn_result_tokens.append(self._extra)
@@ -224,7 +247,12 @@ class Strategy:
         return bool(names)
 
     def evict_oldest(self, n: int) -> None:
-        del self.transcript[:n]
+        """The host compacts its transcript: its ``n`` oldest calls with arguments leave."""
+        self.prompt.compact(n)
+
+    @property
+    def transcript(self) -> list[tuple[str, JSONObject]]:
+        return [(tool, arguments) for _, tool, arguments in self.prompt.calls()]
 
     # What the model can see of one tool.
     def visible(self, tool: str) -> JSONObject | None:
@@ -248,12 +276,25 @@ class Strategy:
         return None
 
     def submit(self, tool: str, arguments: JSONObject) -> bool:
-        """Forward the call (no check here). Returns False if refused instead."""
+        """The model calls the tool; it is forwarded (no check here). False if refused instead."""
+        self.prompt.request()
         self._forward(tool, arguments)
         return True
 
-    def _forward(self, tool: str, arguments: JSONObject) -> None:
-        self.transcript.append((tool, arguments))
+    def _forward(self, tool: str, arguments: JSONObject, ref: str | None = None) -> None:
+        self._calls += 1
+        self._last_ref = ref or f"call-{self._calls}"
+        self.prompt.call(tool, arguments, self._last_ref)
+
+    def receive(self, tokens: int) -> None:
+        """The upstream's result of the call just forwarded enters the transcript."""
+        self.prompt.result(self._last_ref, tokens)
+
+    def _exchange(self, tool: str, arguments: JSONObject, result_tokens: int) -> int:
+        """One request in which the model calls a meta-tool, then the exchange enters the transcript."""
+        self.prompt.request()
+        self._extra += result_tokens
+        return self.prompt.meta(call_tokens(tool, arguments) + result_tokens)
 
     def valid(self, tool: str, arguments: JSONObject) -> bool:
         """Whether the upstream's FULL current schema accepts the arguments."""
@@ -297,8 +338,52 @@ class Seed003Strategy(Strategy):
         self._phase = phase
 
 
+class DeferStrategy(Strategy):
+    """A stable list (the pinned tools, full, and a search tool); schemas arrive in search results."""
+
+    name = "defer"
+
+    def __init__(self, toolset: Toolset, trace: Trace) -> None:
+        self._pinned = frozenset(trace.pinned)
+        self._search_tool = model_view(meta_tool_definitions(None)[0])
+        super().__init__(toolset)
+        self._server_of = toolset.server_of
+        # tool -> (the search exchange that returned its definition, the schema in it)
+        self._loaded: dict[str, tuple[int, JSONObject]] = {}
+
+    def shown(self, phase: str | None) -> dict[str, JSONObject]:
+        views = {n: model_view(d) for n, d in self.definitions.items() if n in self._pinned}
+        return {**views, SEARCH_TOOLS: self._search_tool}
+
+    def visible(self, tool: str) -> JSONObject | None:
+        if tool in self._pinned:
+            return super().visible(tool)
+        loaded = self._loaded.get(tool)
+        if loaded is not None and self.prompt.holds(loaded[0]):
+            return loaded[1]
+        return None
+
+    def find(self, tool: str, query: str) -> JSONObject | None:
+        withheld = [d for n, d in self.definitions.items() if n not in self._pinned]
+        for q in (query, f"{query} {' '.join(tokenize(self._server_of[tool]))}"):
+            views = [model_view(self.definitions[h.name]) for h in search(q, withheld, DEFER_HITS)]
+            self.tally.searches += 1
+            text = json.dumps(views, ensure_ascii=False, separators=(",", ":")) if views else "No match."
+            handle = self._exchange(SEARCH_TOOLS, {"query": q}, count_tokens(text))
+            for view in views:
+                self._loaded[view["name"]] = (handle, view["inputSchema"])
+            if any(view["name"] == tool for view in views):
+                return self._loaded[tool][1]
+        self.tally.search_misses += 1
+        return None
+
+
 class ResidencyStrategy(Strategy):
-    """Minify + ``Session.plan_turn`` + tombstones + meta-tools, through the real Session API."""
+    """Minify + ``Session.plan_turn`` + tombstones + meta-tools, through the real Session API.
+
+    The host applies the plan's argument evictions to its transcript (an embedded host), so
+    they break the cached prefix where the evicted arguments were.
+    """
 
     name = "residency"
 
@@ -322,7 +407,7 @@ class ResidencyStrategy(Strategy):
         return changed
 
     def evict_oldest(self, n: int) -> None:
-        ids = [c.id for c in self.session.resident_calls()[:n]]
+        ids = [str(ref) for ref in self.prompt.compact(n)]
         if ids:
             self.session.evict_arguments(*ids)
 
@@ -332,10 +417,13 @@ class ResidencyStrategy(Strategy):
         start = time.perf_counter()
         plan = self.session.plan_turn(self._budget, phase=phase)
         self.tally.plan_seconds.append(time.perf_counter() - start)
+        self.prompt.drop_arguments(plan.evictions)
+        self.tally.argument_evictions += len(plan.evictions)
         self._shown = {t["name"]: t for t in plan.tools}
         self._shown_tokens = count_tokens(list(plan.tools))
-        meta = meta_tool_definitions(plan.tombstones)
-        self._meta_tokens = count_tokens([model_view(m) for m in meta])
+        meta = [model_view(m) for m in meta_tool_definitions(plan.tombstones)]
+        self._meta_tokens = count_tokens(meta)
+        self._block = block_key([*plan.tools, *meta])
         self.tally.tombstones_per_turn.append(len(plan.tombstones))
 
     def turn_tokens(self) -> int:
@@ -359,7 +447,7 @@ class ResidencyStrategy(Strategy):
 
     def reexpand(self, tool: str) -> JSONObject | None:
         result = reexpand_tools(self.session, self._catalog, {"names": [tool]})
-        self._extra += _text_tokens(result)
+        self._exchange(REEXPAND_TOOLS, {"names": [tool]}, _text_tokens(result))
         if result.is_error:
             return None
         self.tally.reexpansions += 1
@@ -371,9 +459,10 @@ class ResidencyStrategy(Strategy):
     def find(self, tool: str, query: str) -> JSONObject | None:
         # A model whose first query misses names the system it wants in a second one.
         for q in (query, f"{query} {' '.join(tokenize(self._server_of[tool]))}"):
-            result = search_tools(self.session, self._catalog, {"query": q, "limit": SEARCH_LIMIT})
+            arguments = {"query": q, "limit": SEARCH_LIMIT}
+            result = search_tools(self.session, self._catalog, arguments)
             self.tally.searches += 1
-            self._extra += _text_tokens(result)
+            self._exchange(SEARCH_TOOLS, arguments, _text_tokens(result))
             if tool in {hit["name"] for hit in (result.structured_content or {}).get("tools", ())}:
                 return self.reexpand(tool)
         self.tally.search_misses += 1
@@ -384,9 +473,10 @@ class ResidencyStrategy(Strategy):
             self.session.authorize_call(tool, arguments)
         except CallRefused as refusal:
             self.tally.refused_calls += 1
-            self._extra += count_tokens(str(refusal))
+            self._exchange(tool, arguments, count_tokens(str(refusal)))
             return False
-        self.session.record_call(tool, arguments)
+        self.prompt.request()
+        self._forward(tool, arguments, self.session.record_call(tool, arguments).id)
         return True
 
 
@@ -405,7 +495,7 @@ def _text_tokens(result: Any) -> int:
 # -- the replay --------------------------------------------------------------------------------
 
 
-def _perform(s: Strategy, call: TraceCall, model: Model) -> None:
+def _perform(s: Strategy, call: TraceCall, model: Model, result_scale: float) -> None:
     """The simulated model makes one call of the trace under strategy ``s``."""
     tool, wanted = call.tool, call.arguments
     t = s.tally
@@ -418,7 +508,7 @@ def _perform(s: Strategy, call: TraceCall, model: Model) -> None:
         elif prior is not None:
             ghost = rebuild_from_stale(prior, wanted, call.intent)
             if s.submit(tool, ghost):
-                _forwarded(s, tool, ghost, wanted, ghost_call=True)
+                _forwarded(s, call, ghost, result_scale, ghost_call=True)
                 return
             schema = s.reexpand(tool)  # the refusal names reexpand_tools; the model follows it
         else:
@@ -436,21 +526,23 @@ def _perform(s: Strategy, call: TraceCall, model: Model) -> None:
         if not s.submit(tool, arguments):
             t.failed_calls += 1
             return
-    _forwarded(s, tool, arguments, wanted, ghost_call=False)
+    _forwarded(s, call, arguments, result_scale, ghost_call=False)
 
 
 def _forwarded(
-    s: Strategy, tool: str, arguments: JSONObject, wanted: JSONObject, *, ghost_call: bool
+    s: Strategy, call: TraceCall, arguments: JSONObject, result_scale: float, *, ghost_call: bool
 ) -> None:
     t = s.tally
     t.ghost_calls_forwarded += ghost_call
-    if not s.valid(tool, arguments):
+    if not s.valid(call.tool, arguments):
         t.invalid_calls_forwarded += 1
         t.failed_calls += 1
+        s.receive(ERROR_RESULT_TOKENS)
         return
     t.completed_calls += 1
-    if arguments != wanted:
+    if arguments != call.arguments:
         t.stale_calls_forwarded += 1
+    s.receive(round((call.result_tokens or 0) * result_scale))
 
 
 def make_strategy(
@@ -463,6 +555,8 @@ def make_strategy(
         return MinifyStrategy(toolset, minify)
     if name == "seed-003":
         return Seed003Strategy(toolset, prune, trace.phases)
+    if name == "defer":
+        return DeferStrategy(toolset, trace)
     if name == "residency":
         return ResidencyStrategy(toolset, minify, trace)
     raise ValueError(f"unknown strategy {name!r}; known: {STRATEGIES}")
@@ -474,19 +568,28 @@ def replay(
     strategy: Strategy,
     *,
     model: Model = "heeding",
+    result_scale: float = 1.0,
     on_turn: Callable[[], None] | None = None,
 ) -> Tally:
-    """Replay every turn of ``trace`` under ``strategy``; returns its tally."""
+    """Replay every turn of ``trace`` under ``strategy``; returns its tally.
+
+    ``strategy.prompt.requests`` then holds every request for the cost model; results enter
+    the transcript at ``result_scale`` times the size the trace gives them.
+    """
     phase: str | None = None
     for turn in trace.turns:
+        strategy.prompt.next_turn()
         changed = strategy.upgrade(turn.upgrade)
         if turn.evict_calls_before_turn:
             strategy.evict_oldest(turn.evict_calls_before_turn)
         phase = turn.phase if turn.phase is not None else phase
         strategy.open_turn(turn, phase, changed)
+        strategy.prompt.set_block(*strategy.block())
+        if turn.say:
+            strategy.prompt.say(count_tokens(turn.say))
         base = strategy.turn_tokens()
         for call in turn.calls:
-            _perform(strategy, call, model)
+            _perform(strategy, call, model, result_scale)
         strategy.close_turn(base)
         if on_turn is not None:
             on_turn()

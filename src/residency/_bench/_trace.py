@@ -8,7 +8,8 @@ A trace is a JSON file describing one agent session, turn by turn::
      "phases": {"explore": ["git_status", "get_file_contents"], "fix": [...]},
      "overrides": {"update_incident": {...an older definition served at the start...}},
      "turns": [{"phase": "explore", "say": "what the user asked",
-                "calls": [{"tool": "git_status", "arguments": {"repo_path": "/repo"}}]},
+                "calls": [{"tool": "git_status", "arguments": {"repo_path": "/repo"},
+                           "result_tokens": 60}]},
                {"evict_calls_before_turn": 3, "upgrade": ["update_incident"], "calls": []}]}
 
 ``servers`` are corpus file stems. Tool names are as the servers send them, namespaced
@@ -16,7 +17,10 @@ A trace is a JSON file describing one agent session, turn by turn::
 carries over to later turns until another is named. ``overrides`` serve an older definition of
 a tool until a turn lists it in ``upgrade`` (an upstream schema migration mid-session). Each
 call may name ``intent``: the fields the user's request names explicitly, which a model sets
-even when it rebuilds a call without the schema. Every call's arguments must be valid against
+even when it rebuilds a call without the schema. Each call gives the size of its result, for
+the cost model (``_pricing``): ``result_tokens`` (a count) or ``result`` (the text, counted
+with the project's tokenizer); a call with neither is counted as an empty result and
+``Trace.unsized_calls`` says how many there are. Every call's arguments must be valid against
 the definition served at that turn; ``bind`` checks it.
 """
 
@@ -33,6 +37,7 @@ import jsonschema
 from residency._core._planner import Budget
 from residency._core._tools import JSONObject
 from residency._errors import InvalidInput
+from residency._tokens import count_tokens
 
 __all__ = [
     "INCIDENT_DESK",
@@ -53,12 +58,16 @@ INCIDENT_DESK_FILE = Path(__file__).resolve().parent.parent / "_gateway" / "inci
 
 @dataclass(frozen=True, slots=True)
 class TraceCall:
-    """One call the agent means to make: the tool and the arguments the task needs."""
+    """One call the agent means to make: the tool, the arguments the task needs, its result's size.
+
+    ``result_tokens`` is None when the trace gives no size (counted as an empty result).
+    """
 
     tool: str
     arguments: JSONObject
     intent: tuple[str, ...] = ()
     query: str | None = None
+    result_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,20 @@ class Trace:
     @property
     def calls(self) -> int:
         return sum(len(t.calls) for t in self.turns)
+
+    @property
+    def unsized_calls(self) -> int:
+        """Calls whose result size the trace does not give."""
+        return sum(c.result_tokens is None for t in self.turns for c in t.calls)
+
+    @property
+    def phases_entered(self) -> int:
+        """How many times the session enters a phase (the first named phase counts)."""
+        entered, current = 0, None
+        for turn in self.turns:
+            if turn.phase is not None and turn.phase != current:
+                entered, current = entered + 1, turn.phase
+        return entered
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +254,11 @@ def _parse_turn(raw: object, where: str, phases: Mapping[str, Any]) -> TraceTurn
         _need(query is None or isinstance(query, str), "must be a string", f"{cw}.query")
         calls.append(
             TraceCall(
-                c["tool"], dict(c.get("arguments", {})), _str_list(c.get("intent", []), f"{cw}.intent"), query
+                c["tool"],
+                dict(c.get("arguments", {})),
+                _str_list(c.get("intent", []), f"{cw}.intent"),
+                query,
+                _result_tokens(c, cw),
             )
         )
     say = raw.get("say", "")
@@ -242,6 +269,20 @@ def _parse_turn(raw: object, where: str, phases: Mapping[str, Any]) -> TraceTurn
         upgrade=_str_list(raw.get("upgrade", []), f"{where}.upgrade"),
         say=say if isinstance(say, str) else "",
     )
+
+
+def _result_tokens(call: Mapping[str, Any], where: str) -> int | None:
+    size, text = call.get("result_tokens"), call.get("result")
+    _need(size is None or text is None, "give result_tokens or result, not both", where)
+    if text is not None:
+        _need(isinstance(text, str), "must be a string", f"{where}.result")
+        return count_tokens(text)
+    _need(
+        size is None or (isinstance(size, int) and not isinstance(size, bool) and size >= 0),
+        "must be a non-negative integer",
+        f"{where}.result_tokens",
+    )
+    return size
 
 
 def bind(trace: Trace, corpus: Mapping[str, list[JSONObject]]) -> Toolset:

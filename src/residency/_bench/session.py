@@ -1,9 +1,10 @@
 """``residency bench session``: the schema tax, measured over whole agent sessions.
 
-Each trace (``benchmarks/traces/*.json``) is replayed under four strategies with the same
+Each trace (``benchmarks/traces/*.json``) is replayed under five strategies with the same
 simulated model (see ``_simulate``): ``all-full`` (every tool, full schema, every turn: the
 baseline), ``seed-003`` (seed 003's pruner plus phase subsetting), ``minify`` (every tool,
-compact level) and ``residency`` (minify + ``Session.plan_turn`` + tombstones + meta-tools).
+compact level), ``defer`` (a fixed list of pinned tools plus search; schemas arrive in search
+results) and ``residency`` (minify + ``Session.plan_turn`` + tombstones + meta-tools).
 
 Figures per trace, all measured in the same run:
 
@@ -13,7 +14,13 @@ Figures per trace, all measured in the same run:
   a careless model that ignores tombstones; failed calls (target 0);
 * re-expansions per session (the pruner-aggressiveness signal) and the others' ghost counts;
 * the median ``plan_turn`` time as a ratio to ``json.dumps`` of the full tool list it
-  replaces (target <= 1x).
+  replaces (target <= 1x);
+* the bill (``_pricing``), per result regime (``--result-scale``: the traces' own result
+  sizes, and the same four times larger): each strategy's effective input cost under every
+  pricing profile and as a ratio to ``all-full``'s, its tool-list changes, raw input tokens
+  and peak context. Residency's targets, per regime, on ``--profile`` (default
+  ``anthropic-5m``): cost <= 1.0x all-full (aim 0.6x), tool-list changes <= phases entered
+  + 3, no ghost, invalid or failed call, raw tool-token cut >= 85%.
 
 ``python -m residency._bench.session --readme-table RESULTS.json`` prints the README table;
 ``--write benchmarks/README.md`` puts it in the README's generated block.
@@ -27,17 +34,25 @@ import json
 import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from rich import box
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
 from residency._bench._corpus import default_corpus
+from residency._bench._pricing import DEFAULT_PROFILE, PROFILES, summarize
 from residency._bench._report import BenchReport, machine, time_per_call
+from residency._bench._session_report import (
+    BESIDE,
+    GENERATED_END,
+    GENERATED_START,
+    plot,
+    print_tables,
+    readme_table,
+    write_readme,
+)
 from residency._bench._simulate import STRATEGIES, Minifier, Model, make_strategy, model_view, replay
 from residency._bench._trace import Toolset, Trace, bind, load_corpus, load_trace
 from residency._core._planner import Budget
@@ -46,24 +61,33 @@ from residency._errors import InvalidInput
 from residency._tokens import tokenizer_name
 
 __all__ = [
+    "GENERATED_END",
+    "GENERATED_START",
     "SMALL_ARGS",
     "SUMMARY",
     "add_arguments",
     "main",
     "plot",
     "readme_table",
+    "regime",
     "run",
     "run_trace",
     "write_readme",
 ]
 
-SUMMARY = "tool tokens, ghost calls and re-expansions over agent sessions, four strategies side by side"
+SUMMARY = (
+    "tool tokens, prompt-cache cost, ghost calls and re-expansions over agent sessions, "
+    "five strategies side by side"
+)
 SMALL_ARGS = ["--quiet"]
 
 REPO = Path(__file__).resolve().parents[3]
 TRACES = REPO / "benchmarks" / "traces"
 
 TARGET_CUT = 0.85
+TARGET_COST = 1.0  # residency's effective cost / all-full's, on --profile
+AIM_COST = 0.6
+LIST_CHANGE_SLACK = 3  # tool-list changes allowed beyond the phases a trace enters
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -99,7 +123,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=(),
         help="also replay residency at these schema budgets (tokens vs re-expansions)",
     )
+    parser.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default=DEFAULT_PROFILE,
+        help=f"pricing profile the cost targets are checked on (default {DEFAULT_PROFILE}); "
+        "every profile is in the JSON",
+    )
+    parser.add_argument(
+        "--result-scale",
+        type=_scales,
+        metavar="X,X,...",
+        default=(1.0, 4.0),
+        help="replay with the traces' result sizes times each factor (default 1,4)",
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the summary figures")
+
+
+def _scales(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(dict.fromkeys(float(v) for v in text.split(",") if v.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated factors, got {text!r}") from None
+    if not values or any(not v > 0 or v == float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive factors, got {text!r}")
+    return values
+
+
+def regime(scale: float) -> str:
+    """The name of a result regime: ``x1``, ``x4``, ``x0.5``."""
+    return f"x{scale:g}"
 
 
 def _budgets(text: str) -> tuple[int, ...]:
@@ -133,6 +186,8 @@ def run_trace(
     minify: Minifier | None = None,
     prune: Minifier | None = None,
     sweep: Sequence[int] = (),
+    profile: str = DEFAULT_PROFILE,
+    result_scales: Sequence[float] = (1.0, 4.0),
     on_turn: Callable[[], None] | None = None,
 ) -> JSONObject:
     """Replay one trace under every strategy and return its JSON figures.
@@ -144,8 +199,16 @@ def run_trace(
         minify: the compact minifier (the project's own when omitted).
         prune: seed 003's pruner (its re-implementation when omitted).
         sweep: schema budgets to replay ``residency`` at as well.
+        profile: the pricing profile the cost targets are checked on.
+        result_scales: result regimes: every strategy is replayed with the trace's result
+            sizes times each factor; the tool-token figures come from the first.
         on_turn: called after every replayed turn (progress).
+
+    Raises:
+        ValueError: an unknown profile or no result scale.
     """
+    if profile not in PROFILES or not result_scales:
+        raise ValueError(f"need a profile of {sorted(PROFILES)} and at least one result scale")
     minify = minify or _minify()
     prune = prune or _seed003()
     out: JSONObject = {
@@ -155,6 +218,8 @@ def run_trace(
         "tools": len(toolset.initial),
         "turns": len(trace.turns),
         "calls": trace.calls,
+        "phases_entered": trace.phases_entered,
+        "unsized_calls": trace.unsized_calls,
         "budget": {
             "schema_tokens": trace.budget.schema_tokens,
             "argument_tokens": trace.budget.argument_tokens,
@@ -164,29 +229,56 @@ def run_trace(
         "strategies": {},
     }
     plan_seconds: list[float] = []
-    for name in STRATEGIES:
-        strategy = make_strategy(name, toolset, trace, minify=minify, prune=prune)
-        tally = replay(trace, toolset, strategy, model=model, on_turn=on_turn)
-        out["strategies"][name] = tally.to_json()
-        if name == "residency":
-            plan_seconds = tally.plan_seconds
+    regimes: JSONObject = {}
+    for scale in result_scales:
+        bills: JSONObject = {}
+        for name in STRATEGIES:
+            strategy = make_strategy(name, toolset, trace, minify=minify, prune=prune)
+            tally = replay(trace, toolset, strategy, model=model, result_scale=scale, on_turn=on_turn)
+            if not out["strategies"].get(name):
+                out["strategies"][name] = tally.to_json()
+            if name == "residency" and not plan_seconds:
+                plan_seconds = tally.plan_seconds
+            bills[name] = {
+                "tool_tokens": sum(tally.per_turn_tokens),
+                "ghost_calls_forwarded": tally.ghost_calls_forwarded,
+                "invalid_calls_forwarded": tally.invalid_calls_forwarded,
+                "failed_calls": tally.failed_calls,
+                **summarize(strategy.prompt.requests, PROFILES, per_turn=PROFILES[profile]),
+            }
+        base = bills["all-full"]["effective_cost"]
+        for bill in bills.values():
+            bill["cost_vs_all_full"] = {
+                p: round(v / base[p], 4) if base[p] else 0.0 for p, v in bill["effective_cost"].items()
+            }
+        regimes[regime(scale)] = {"result_scale": scale, "strategies": bills}
+    out["cost"] = {"profile": profile, "regimes": regimes}
+    out["targets"] = _targets(out)
     if model == "heeding":
         careless = {}
         for name in ("seed-003", "residency"):
             strategy = make_strategy(name, toolset, trace, minify=minify, prune=prune)
             careless[name] = replay(trace, toolset, strategy, model="careless", on_turn=on_turn).to_json()
         out["careless_model"] = careless
-    base = out["strategies"]["all-full"]["total_tokens"]
+    base_tokens = out["strategies"]["all-full"]["total_tokens"]
     for figures in out["strategies"].values():
-        figures["reduction_vs_all_full"] = round(1 - figures["total_tokens"] / base, 4) if base else 0.0
+        figures["reduction_vs_all_full"] = (
+            round(1 - figures["total_tokens"] / base_tokens, 4) if base_tokens else 0.0
+        )
     if sweep:
         out["budget_sweep"] = []
+        first = regimes[regime(result_scales[0])]["strategies"]["all-full"]["effective_cost"][profile]
         for budget in sweep:
             swept = replace(trace, budget=Budget(budget, trace.budget.argument_tokens))
             strategy = make_strategy("residency", toolset, swept, minify=minify, prune=prune)
-            f = replay(swept, toolset, strategy, model=model, on_turn=on_turn).to_json()
+            f = replay(
+                swept, toolset, strategy, model=model, result_scale=result_scales[0], on_turn=on_turn
+            ).to_json()
+            bill = summarize(strategy.prompt.requests, {profile: PROFILES[profile]})
             f["schema_tokens"] = budget
-            f["reduction_vs_all_full"] = round(1 - f["total_tokens"] / base, 4) if base else 0.0
+            f["reduction_vs_all_full"] = round(1 - f["total_tokens"] / base_tokens, 4) if base_tokens else 0.0
+            f["cost_vs_all_full"] = round(bill["effective_cost"][profile] / first, 4) if first else 0.0
+            f["list_changes"] = bill["list_changes"]
             del f["per_turn_tokens"]
             out["budget_sweep"].append(f)
     full_list = [model_view(t) for t in toolset.initial.values()]
@@ -197,6 +289,42 @@ def run_trace(
         "json_dumps_full_list_seconds": dumps,
         "planning_cost_ratio": plan / dumps if dumps else 0.0,
     }
+    return out
+
+
+def _targets(r: Mapping[str, Any]) -> JSONObject:
+    """Residency's targets of the cost model, per result regime, each with its verdict."""
+    profile = r["cost"]["profile"]
+    limit = r["phases_entered"] + LIST_CHANGE_SLACK
+    out: JSONObject = {}
+    for key, reg in r["cost"]["regimes"].items():
+        res, full = reg["strategies"]["residency"], reg["strategies"]["all-full"]
+        ratio = res["cost_vs_all_full"][profile]
+        bad = res["ghost_calls_forwarded"] + res["invalid_calls_forwarded"] + res["failed_calls"]
+        cut = 1 - res["tool_tokens"] / full["tool_tokens"] if full["tool_tokens"] else 0.0
+        out[key] = {
+            "cost_vs_all_full": {
+                "value": ratio,
+                "target": f"<= {TARGET_COST:.1f} (aim {AIM_COST:.1f}), {profile}",
+                "ok": ratio <= TARGET_COST,
+            },
+            "list_changes": {
+                "value": res["list_changes"],
+                "target": f"<= {limit}",
+                "ok": res["list_changes"] <= limit,
+            },
+            "ghost_invalid_failed": {"value": bad, "target": "0", "ok": bad == 0},
+            "raw_tool_token_cut": {
+                "value": round(cut, 4),
+                "target": f">= {TARGET_CUT:.0%}",
+                "ok": cut >= TARGET_CUT,
+            },
+            f"{BESIDE}_cost_vs_all_full": {
+                "value": res["cost_vs_all_full"].get(BESIDE),
+                "target": "",
+                "ok": None,
+            },
+        }
     return out
 
 
@@ -225,20 +353,32 @@ def run(args: argparse.Namespace) -> BenchReport:
         console.print(f"[red]residency bench session: {exc}[/red]", highlight=False)
         raise SystemExit(2) from None
     results: dict[str, JSONObject] = {}
-    work = sum(len(t.turns) for t, _ in bound) * (len(STRATEGIES) + 2 + len(args.sweep))
+    scales = args.result_scale
+    work = sum(len(t.turns) for t, _ in bound) * (len(STRATEGIES) * len(scales) + 2 + len(args.sweep))
     with Progress(console=console, transient=True, disable=args.quiet or work < 400) as progress:
         task = progress.add_task("replaying traces", total=work)
         for trace, toolset in bound:
             results[trace.name] = run_trace(
-                trace, toolset, model=args.model, sweep=args.sweep, on_turn=lambda: progress.advance(task)
+                trace,
+                toolset,
+                model=args.model,
+                sweep=args.sweep,
+                profile=args.profile,
+                result_scales=scales,
+                on_turn=lambda: progress.advance(task),
             )
-    data: JSONObject = {"tokenizer": tokenizer_name(), "machine": machine(), "traces": results}
+    data: JSONObject = {
+        "tokenizer": tokenizer_name(),
+        "machine": machine(),
+        "profiles": {p: asdict(v) for p, v in PROFILES.items()},
+        "traces": results,
+    }
     report = BenchReport("session", data=data)
     for name, result in results.items():
         _figures(report, name, result)
     if not args.quiet:
         out = Console()
-        _print_tables(results, out if out.is_terminal else Console(width=100))
+        print_tables(results, out if out.is_terminal else Console(width=100))
     if args.plot is not None:
         plot(results, args.plot)
     return report
@@ -281,52 +421,24 @@ def _figures(report: BenchReport, name: str, r: JSONObject) -> None:
     report.add(f"{name}: seed-003 failed calls", s["seed-003"]["failed_calls"], "")
     p = r["planning"]["planning_cost_ratio"]
     report.add(f"{name}: plan_turn / json.dumps(full list)", p, "x", "<= 1x", p <= 1)
-
-
-_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("total_tokens", "tokens"),
-    ("reduction_vs_all_full", "cut"),
-    ("ghost_calls_forwarded", "ghost"),
-    ("invalid_calls_forwarded", "invalid"),
-    ("stale_calls_forwarded", "stale"),
-    ("refused_calls", "refused"),
-    ("reexpansions", "re-exp"),
-    ("searches", "search"),
-    ("failed_calls", "failed"),
-)
-
-
-def _cell(key: str, value: Any) -> str:
-    if key == "reduction_vs_all_full":
-        return f"{value:.1%}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
-
-
-def _print_tables(results: Mapping[str, JSONObject], console: Console) -> None:
-    for name, r in results.items():
-        title = f"{name}: {r['turns']} turns, {r['calls']} calls, {r['tools']} tools"
-        table = Table(
-            title=f"{title} ({r['tokenizer']} tokens)",
-            caption="ghost/invalid/stale: calls forwarded so; re-exp: re-expansions",
-            box=box.SIMPLE_HEAD,
-            padding=(0, 0, 0, 1),
-            pad_edge=False,
+    profile = r["cost"]["profile"]
+    for key, targets in r["targets"].items():
+        reg = r["cost"]["regimes"][key]["strategies"]
+        t = targets["cost_vs_all_full"]
+        report.add(
+            f"{name} {key}: residency cost / all-full, {profile}", t["value"], "x", t["target"], t["ok"]
         )
-        table.add_column("strategy", no_wrap=True)
-        for _, label in _COLUMNS:
-            table.add_column(label, justify="right", no_wrap=True)
-        for strategy, figures in r["strategies"].items():
-            table.add_row(strategy, *(_cell(k, figures[k]) for k, _ in _COLUMNS))
-        console.print(table)
-        p = r["planning"]
-        console.print(
-            f"plan_turn median {p['plan_turn_seconds_median'] * 1e6:,.0f} µs = "
-            f"{p['planning_cost_ratio']:.2f}x json.dumps of the full tool list",
-            highlight=False,
+        if profile != BESIDE and BESIDE in reg["residency"]["cost_vs_all_full"]:
+            report.add(
+                f"{name} {key}: residency cost / all-full, {BESIDE}",
+                reg["residency"]["cost_vs_all_full"][BESIDE],
+                "x",
+            )
+        report.add(
+            f"{name} {key}: defer cost / all-full, {profile}", reg["defer"]["cost_vs_all_full"][profile], "x"
         )
-
-
-# -- plot and README table ---------------------------------------------------------------------
+        t = targets["list_changes"]
+        report.add(f"{name} {key}: residency tool-list changes", t["value"], "", t["target"], t["ok"])
 
 
 def _need_matplotlib() -> None:
@@ -339,133 +451,6 @@ def _need_matplotlib() -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
-
-
-def plot(results: Mapping[str, JSONObject], path: Path) -> None:
-    """Write a PNG of tool tokens per turn per strategy, one panel per trace (log scale)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9, 3.2 * len(results)), layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(len(results), 1, squeeze=False)[:, 0]
-    for ax, (name, r) in zip(axes, results.items(), strict=True):
-        for strategy, figures in r["strategies"].items():
-            turns = range(1, len(figures["per_turn_tokens"]) + 1)
-            label = f"{strategy} ({figures['total_tokens']:,})"
-            ax.plot(turns, figures["per_turn_tokens"], label=label, marker=".", linewidth=1.2)
-        ax.set_yscale("log")
-        ax.set_title(f"{name}: tool tokens per turn ({r['tokenizer']})")
-        ax.set_xlabel("turn")
-        ax.set_ylabel("tokens")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize="small", loc="best")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-
-
-def _payload(loaded: Any) -> JSONObject:
-    """The session payload from a ``--json`` file (a list of bench reports) or the payload itself."""
-    if isinstance(loaded, list):
-        for report in loaded:
-            if isinstance(report, dict) and report.get("name") == "session":
-                return report["data"]  # type: ignore[no-any-return]
-        raise InvalidInput("no 'session' report in the JSON file", where="$")
-    if isinstance(loaded, dict) and "traces" in loaded:
-        return loaded
-    raise InvalidInput("not a session benchmark result", where="$")
-
-
-def readme_table(loaded: Any) -> str:
-    """The README's results table (Markdown) from a session benchmark JSON result."""
-    data = _payload(loaded)
-    lines = [
-        "| trace | strategy | tool tokens | cut vs all-full | ghost fwd | invalid fwd | stale fwd "
-        "| refused | re-expansions | searches | failed |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    notes = []
-    for name, r in data["traces"].items():
-        strategies = r["strategies"]
-        for strategy in sorted(strategies, key=lambda k: STRATEGIES.index(k) if k in STRATEGIES else 99):
-            f = strategies[strategy]
-            lines.append(
-                f"| {name} | {strategy} | {f['total_tokens']:,} | {f['reduction_vs_all_full']:.1%} "
-                f"| {f['ghost_calls_forwarded']} | {f['invalid_calls_forwarded']} "
-                f"| {f['stale_calls_forwarded']} | {f['refused_calls']} | {f['reexpansions']} "
-                f"| {f['searches']} | {f['failed_calls']} |"
-            )
-        p = r["planning"]
-        res, seed = strategies["residency"], strategies["seed-003"]
-        verdicts = [
-            f"cut {res['reduction_vs_all_full']:.1%} vs all-full (target >= {TARGET_CUT:.0%}: "
-            f"{'met' if res['reduction_vs_all_full'] >= TARGET_CUT else 'MISSED'})",
-            f"{res['total_tokens'] / seed['total_tokens']:.2f}x the tokens of seed-003 (target < 1: "
-            f"{'met' if res['total_tokens'] < seed['total_tokens'] else 'MISSED'})",
-            f"{res['ghost_calls_forwarded']} ghost and {res['invalid_calls_forwarded']} invalid calls "
-            "forwarded",
-        ]
-        notes.append(f"- {name}, residency: " + "; ".join(verdicts) + ".")
-        careless = r.get("careless_model", {}).get("residency")
-        if careless is not None:
-            notes.append(
-                f"- {name}, careless model (rebuilds calls despite tombstones): residency refused "
-                f"{careless['refused_calls']}, forwarded {careless['ghost_calls_forwarded']} ghost and "
-                f"{careless['invalid_calls_forwarded']} invalid calls, failed {careless['failed_calls']}."
-            )
-        notes.append(
-            f"- {name}: {r['turns']} turns, {r['calls']} calls, {r['tools']} tools; plan_turn median "
-            f"{p['plan_turn_seconds_median'] * 1e6:,.0f} µs = {p['planning_cost_ratio']:.2f}x "
-            f"json.dumps of the full tool list."
-        )
-    sweep = _sweep_table(data)
-    m = data.get("machine", {})
-    notes.append(
-        f"- Tokens: {data.get('tokenizer', '?')}. Measured on {m.get('platform', '?')}, "
-        f"{m.get('cpus', '?')} CPUs, Python {m.get('python', '?')}."
-    )
-    return "\n".join([*lines, "", *notes, *sweep]) + "\n"
-
-
-def _sweep_table(data: Mapping[str, Any]) -> list[str]:
-    rows = [
-        f"| {name} | {f['schema_tokens']:,} | {f['total_tokens']:,} | {f['reduction_vs_all_full']:.1%} "
-        f"| {f['reexpansions']} | {f['searches']} | {f['refused_calls']} | {f['ghost_calls_forwarded']} "
-        f"| {f['invalid_calls_forwarded']} | {f['failed_calls']} |"
-        for name, r in data["traces"].items()
-        for f in r.get("budget_sweep", ())
-    ]
-    if not rows:
-        return []
-    return [
-        "",
-        "`residency` at other schema budgets (same traces, same model):",
-        "",
-        "| trace | schema budget | tool tokens | cut vs all-full | re-expansions | searches | refused "
-        "| ghost fwd | invalid fwd | failed |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *rows,
-    ]
-
-
-GENERATED_START = "<!-- generated: python -m residency._bench.session --readme-table"
-GENERATED_END = "<!-- end generated -->"
-
-
-def write_readme(readme: Path, table: str) -> None:
-    """Replace the generated block of ``readme`` (between the two marker lines) with ``table``.
-
-    Raises:
-        InvalidInput: the file has no generated block.
-    """
-    lines = readme.read_text().splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.startswith(GENERATED_START)), None)
-    end = next((i for i, line in enumerate(lines) if line.startswith(GENERATED_END)), None)
-    if start is None or end is None or end < start:
-        raise InvalidInput(
-            f"{readme}: no generated block ({GENERATED_START} ... {GENERATED_END})", where=str(readme)
-        )
-    readme.write_text("".join([*lines[: start + 1], table, *lines[end:]]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
