@@ -1,0 +1,165 @@
+"""Shared process helpers for the client tests: ``residency serve`` over HTTP, and client runs.
+
+Every process starts in its own process group and is killed with that group at the end, under a
+shielded, bounded cleanup; every wait is bounded. The gateway under test is always the real
+``residency serve`` command, started from the interpreter running the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVE: tuple[str, ...] = (sys.executable, "-m", "residency", "serve")
+"""``residency serve`` as an argv prefix (stdio by default)."""
+
+STARTUP = 60.0
+"""Seconds the gateway may take to print its URL (a loaded machine starts Python slowly)."""
+
+_SERVING = re.compile(rb"serving MCP at (http://127\.0\.0\.1:\d+/\S*)")
+
+
+def _kill_group(process: anyio.abc.Process) -> None:
+    """Kill ``process`` and everything it started (its process group), if any is left."""
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+async def _close(process: anyio.abc.Process, grace: float = 10.0) -> None:
+    """Terminate politely, then kill the group; never blocks longer than ``grace`` seconds each."""
+    with anyio.CancelScope(shield=True):
+        if process.returncode is None:
+            with suppress(ProcessLookupError):
+                process.terminate()
+            with anyio.move_on_after(grace):
+                await process.wait()
+        _kill_group(process)
+        with anyio.move_on_after(grace):
+            await process.aclose()
+
+
+@dataclass
+class Served:
+    """A running ``residency serve --transport http``: its URL and what it printed on stderr."""
+
+    url: str
+    stderr: bytearray
+
+    def log(self) -> str:
+        return self.stderr.decode(errors="replace")
+
+
+@asynccontextmanager
+async def http_serve(
+    *args: str, env: Mapping[str, str] | None = None, startup: float = STARTUP
+) -> AsyncIterator[Served]:
+    """Run ``residency serve --transport http --port 0 ARGS`` and yield it once it serves.
+
+    The URL is read from the gateway's stderr line ``serving MCP at URL``; stderr is drained for
+    the gateway's whole life (a full pipe would stall it) and kept for failure messages.
+
+    Raises:
+        RuntimeError: the gateway exited, or printed no URL within ``startup`` seconds.
+    """
+    process = await anyio.open_process(
+        [*SERVE, "--transport", "http", "--host", "127.0.0.1", "--port", "0", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=dict(env if env is not None else os.environ),
+        cwd=str(ROOT),
+        start_new_session=True,
+    )
+    err = bytearray()
+    found = anyio.Event()
+
+    async def drain() -> None:
+        assert process.stderr is not None
+        async for chunk in process.stderr:
+            err.extend(chunk)
+            if not found.is_set() and _SERVING.search(err):
+                found.set()
+        found.set()  # EOF: the gateway exited; the waiter below sees no URL
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drain)
+            with anyio.move_on_after(startup):
+                await found.wait()
+            match = _SERVING.search(err)
+            if match is None:
+                raise RuntimeError(
+                    f"residency serve printed no URL within {startup:.0f}s "
+                    f"(exit {process.returncode}):\n{err.decode(errors='replace')}"
+                )
+            yield Served(match.group(1).decode(), err)
+            tg.cancel_scope.cancel()
+    finally:
+        await _close(process)
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A finished client process."""
+
+    argv: Sequence[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def explain(self) -> str:
+        return f"exit {self.returncode}\nstdout: {self.stdout[-4000:]}\nstderr: {self.stderr[-4000:]}"
+
+
+async def run_client(
+    argv: Sequence[str],
+    *,
+    stdin: bytes = b"",
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180.0,
+) -> Ran:
+    """Run a client process to completion in its own process group, bounded by ``timeout``.
+
+    Raises:
+        TimeoutError: the client did not finish in time (its whole group is killed).
+    """
+    process = await anyio.open_process(
+        list(argv),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env if env is not None else os.environ),
+        cwd=str(ROOT),
+        start_new_session=True,
+    )
+    out, err = bytearray(), bytearray()
+
+    async def drain(stream: anyio.abc.ByteReceiveStream | None, into: bytearray) -> None:
+        if stream is not None:
+            async for chunk in stream:
+                into.extend(chunk)
+
+    try:
+        with anyio.fail_after(timeout):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drain, process.stdout, out)
+                tg.start_soon(drain, process.stderr, err)
+                assert process.stdin is not None
+                await process.stdin.send(stdin)
+                await process.stdin.aclose()
+            await process.wait()
+    finally:
+        await _close(process)
+    assert process.returncode is not None
+    return Ran(list(argv), process.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
