@@ -1,0 +1,246 @@
+"""The MCP Inspector CLI runs the scripted task through ``residency serve``, in every era it speaks.
+
+The Inspector CLI (``@modelcontextprotocol/inspector``, ``--protocol-era legacy|auto|modern``)
+is one process per request, so each step is a new MCP connection. They share one gateway
+session the way a user of the CLI would: over streamable HTTP one ``residency serve`` process
+and a ``Residency-Session`` header on every invocation; over stdio every invocation starts its
+own gateway, which resumes the session by ``--session`` from a shared SQLite store.
+
+The Inspector calls only tools that ``tools/list`` returned (otherwise it exits 5 with
+``tool_not_found``, without sending the call). After the scenario's re-expansion pushes the
+tombstoned and the evicted tool out of the session's list, it therefore stops those steps on its
+own side: these tests record that as the client's behaviour, and check that such a call never
+reached the gateway. The list_changed the gateway sends is not observable from a one-shot CLI
+process; its next ``tools/list`` shows the change instead.
+
+The npm packages come from ``tests/peers/package.json`` (``.ci/run`` installs them); without
+node or them these tests skip locally and fail when ``CI`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from residency._gateway._demo import desk_tools
+from tests.clients import scenario
+from tests.clients._serve import ROOT, Ran, Served, http_serve, run_client
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+INSPECTOR = ROOT / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
+RUN_TIMEOUT = 120.0
+"""Seconds one Inspector run may take (node, and over stdio a gateway and its stdio desk)."""
+
+SERVER_INFO = "io.modelcontextprotocol/serverInfo"
+
+NOT_FOUND_EXIT = 5
+"""The Inspector's exit status when asked to call a tool its tools/list did not return."""
+
+ERAS = pytest.mark.parametrize("era", ["legacy", "auto", "modern"])
+TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
+
+PREVENTED = {scenario.STEPS[i][0] for i in (3, 4, 5)}
+"""The steps the Inspector stops itself: the tombstoned and the evicted tool are not listed."""
+
+
+def _missing(what: str) -> NoReturn:
+    reason = f"{what} is not installed (run `npm install` in tests/peers; .ci/run does)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so a missing client is a failure, not a skip")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def inspector_env(tmp_path: Path) -> dict[str, str]:
+    """The Inspector's environment: node present, a private HOME (it writes a catalog there)."""
+    if shutil.which("node") is None:
+        _missing("node")
+    if not INSPECTOR.exists():
+        _missing(str(INSPECTOR.relative_to(ROOT)))
+    home = tmp_path / "home"
+    home.mkdir()
+    return {
+        **os.environ,
+        "HOME": str(home),
+        "MCP_INSPECTOR_SECRET_STORE": "memory",
+        "NO_COLOR": "1",
+        "NODE_NO_WARNINGS": "1",
+    }
+
+
+# -- driving the Inspector ------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One Inspector run: the result it printed, or the error envelope it refused with."""
+
+    ran: Ran
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+    @property
+    def is_error(self) -> bool:
+        assert self.result is not None, self.ran.explain()
+        return self.result.get("isError") is True
+
+    @property
+    def text(self) -> str:
+        assert self.result is not None, self.ran.explain()
+        return "\n".join(b["text"] for b in self.result.get("content", []) if b.get("type") == "text")
+
+    @property
+    def reason(self) -> str | None:
+        assert self.result is not None, self.ran.explain()
+        details = (self.result.get("_meta") or {}).get("residency/error")
+        return details.get("reason") if isinstance(details, dict) else None
+
+    @property
+    def prevented(self) -> bool:
+        """The Inspector refused to send the call: the tool was not in its tools/list."""
+        return self.error is not None and self.error.get("code") == "tool_not_found"
+
+
+@dataclass
+class Inspector:
+    """The Inspector CLI pointed at one gateway session in one protocol era."""
+
+    target: tuple[str, ...]
+    era: str
+    env: dict[str, str]
+    runs: list[Ran] = field(default_factory=list)
+
+    async def run(self, *method: str) -> Outcome:
+        argv = [str(INSPECTOR), "--cli", *self.target, "--protocol-era", self.era, *method]
+        ran = await run_client([*argv, "--format", "json", "-q"], env=self.env, timeout=RUN_TIMEOUT)
+        self.runs.append(ran)
+        if ran.returncode == 0:
+            envelope = json.loads(ran.stdout)
+            assert "result" in envelope, ran.explain()
+            return Outcome(ran, result=envelope["result"])
+        # Under -q the error envelope is the last JSON line on stderr.
+        lines = [line for line in ran.stderr.splitlines() if line.startswith("{")]
+        assert lines, ran.explain()
+        return Outcome(ran, error=json.loads(lines[-1])["error"])
+
+    async def tools(self) -> dict[str, dict[str, Any]]:
+        listed = await self.run("--method", "tools/list")
+        assert listed.result is not None, listed.ran.explain()
+        return {t["name"]: t for t in listed.result["tools"]}
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> Outcome:
+        return await self.run(
+            "--method", "tools/call", "--tool-name", name, "--tool-args-json", json.dumps(arguments)
+        )
+
+
+@asynccontextmanager
+async def inspector(
+    transport: str, era: str, tmp_path: Path, env: dict[str, str]
+) -> AsyncIterator[tuple[Inspector, Served | None]]:
+    config = scenario.write_config(tmp_path)
+    key = f"inspector-{era}"
+    if transport == "http":
+        async with http_serve("--config", str(config)) as served:
+            yield Inspector((served.url, "--header", f"Residency-Session: {key}"), era, env), served
+        return
+    # The server command goes through a catalog file: on the Inspector's command line, options
+    # such as --config would be read as its own.
+    store = f"sqlite:///{(tmp_path / 'sessions.db').resolve()}"
+    serve = scenario.serve_command(config, "--session", key, "--store", store)
+    catalog = tmp_path / "inspector.json"
+    entry = {"command": serve[0], "args": serve[1:], "cwd": str(ROOT)}
+    catalog.write_text(json.dumps({"mcpServers": {"residency": entry}}))
+    yield Inspector(("--config", str(catalog), "--server", "residency"), era, env), None
+
+
+# -- expectations per step ------------------------------------------------------------------------
+
+
+def full_schema(name: str) -> dict[str, Any]:
+    (tool,) = [t for t in desk_tools() if t["name"] == name]
+    schema: dict[str, Any] = tool["inputSchema"]
+    return schema
+
+
+def check_step(index: int, outcome: Outcome) -> None:
+    """What the gateway must answer at ``scenario.STEPS[index]`` (``scenario.check_outcomes``)."""
+    text = outcome.text
+    if index == 0:  # a resident tool
+        assert not outcome.is_error and "RB-1" in text
+    elif index in (1, 7):  # the mutation tool, while resident
+        assert not outcome.is_error and json.loads(text)["incident_id"] == "INC-7"
+    elif index in (2, 6):  # reexpand_tools: the full definitions come back in the result
+        assert not outcome.is_error
+        assert outcome.result is not None
+        (tool,) = outcome.result["structuredContent"]["tools"]
+        assert tool["name"] == scenario.STEPS[index][2]["names"][0]
+    elif index == 3:  # the tombstoned tool
+        assert outcome.is_error and outcome.reason == "tool_not_resident"
+        assert text.startswith(f"{scenario.TOMBSTONED_TOOL}: mutation tool schema withheld")
+        assert "reexpand_tools" in text
+    elif index == 4:  # the evicted tool, invalid arguments
+        assert outcome.is_error and outcome.reason == "arguments_invalid"
+        start = text.find("{")
+        assert start >= 0, text
+        assert json.JSONDecoder().raw_decode(text[start:])[0] == full_schema(scenario.EVICTED_TOOL)
+    elif index == 5:  # the evicted tool, valid arguments: implicit re-expansion, forwarded
+        assert not outcome.is_error and json.loads(text)["status"] == "resolved"
+
+
+# -- the task -------------------------------------------------------------------------------------
+
+
+@ERAS
+@TRANSPORTS
+async def test_the_inspector_runs_the_scripted_task_one_process_per_step(
+    transport: str, era: str, tmp_path: Path, inspector_env: dict[str, str]
+) -> None:
+    assert len(scenario.STEPS) == 8, "check_step and PREVENTED follow the scenario's eight steps"
+    async with inspector(transport, era, tmp_path, inspector_env) as (cli, served):
+        listed = await cli.tools()
+        assert set(listed) == {*scenario.INITIAL_TOOLS, *scenario.META_TOOLS}
+
+        prevented: set[str] = set()
+        for index, (label, tool, arguments) in enumerate(scenario.STEPS):
+            outcome = await cli.call(tool, arguments)
+            if tool == "reexpand_tools":
+                # The CLI does not say which era it negotiated, and hides ttlMs; the wire does:
+                # a 2026-07-28 result carries the server's identity in _meta, a handshake one not.
+                assert outcome.result is not None, outcome.ran.explain()
+                stamped = SERVER_INFO in (outcome.result.get("_meta") or {})
+                assert stamped is (era != "legacy"), outcome.result
+            if outcome.prevented:
+                # The Inspector's own check: it only calls what the session lists.
+                assert tool not in listed, outcome.ran.explain()
+                assert outcome.ran.returncode == NOT_FOUND_EXIT, outcome.ran.explain()
+                prevented.add(label)
+            else:
+                assert outcome.error is None, outcome.ran.explain()
+                check_step(index, outcome)
+            if tool == "reexpand_tools":
+                listed = await cli.tools()
+                if index == 2:  # pushed out: the tombstone is shown where the model reads the list
+                    assert scenario.TOMBSTONED_TOOL not in listed
+                    assert scenario.EVICTED_TOOL not in listed
+                    description = listed["reexpand_tools"]["description"]
+                    assert f"{scenario.TOMBSTONED_TOOL}: mutation tool schema withheld" in description
+                else:
+                    assert scenario.TOMBSTONED_TOOL in listed
+
+        assert prevented == PREVENTED
+        if served is not None:
+            # The calls the Inspector stopped never reached the gateway.
+            log = served.log()
+            assert "call refused" not in log, log
+            assert re.search(rf"\btool={scenario.EVICTED_TOOL}\b", log) is None, log

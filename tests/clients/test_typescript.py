@@ -1,0 +1,225 @@
+"""The TypeScript SDK clients run the scripted task through ``residency serve``.
+
+Two real client generations: ``@modelcontextprotocol/sdk`` 1.x (handshake era only) and
+``@modelcontextprotocol/client`` 2.x (handshake era, ``auto`` negotiation and a pinned
+2026-07-28), each over stdio (the client launches ``python -m residency serve``) and streamable
+HTTP (a ``residency serve --transport http`` subprocess). One node process
+(``tests/peers/scripted_task.mjs``) runs the whole task of ``tests.clients.scenario`` in one MCP
+session and prints what came back; these tests assert on that.
+
+The npm packages come from ``tests/peers/package.json`` (``.ci/run`` installs them); without
+node or them these tests skip locally and fail when ``CI`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+
+from residency._gateway._demo import desk_tools
+from tests.clients import scenario
+from tests.clients._serve import ROOT, Ran, http_serve, run_client
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+PEERS = ROOT / "tests" / "peers"
+SCRIPT = PEERS / "scripted_task.mjs"
+PACKAGES = {
+    "1": PEERS / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json",
+    "2": PEERS / "node_modules" / "@modelcontextprotocol" / "client" / "package.json",
+}
+MODERN = "2026-07-28"
+HANDSHAKE = "2025-11-25"
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+
+RUN_TIMEOUT = 240.0
+"""Seconds one client run may take: node, the gateway, its stdio desk, twelve requests."""
+
+CLIENTS = pytest.mark.parametrize(
+    ("sdk", "era"),
+    [("1", "legacy"), ("2", "legacy"), ("2", "auto"), ("2", "modern")],
+    ids=["sdk1-legacy", "sdk2-legacy", "sdk2-auto", "sdk2-modern"],
+)
+TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
+
+
+def _missing(what: str) -> NoReturn:
+    reason = f"{what} is not installed (run `npm install` in tests/peers; .ci/run does)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}; CI is set, so a missing client is a failure, not a skip")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def node_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a node client: node present, a private HOME."""
+    if shutil.which("node") is None:
+        _missing("node")
+    for package in PACKAGES.values():
+        if not package.exists():
+            _missing(str(package.parent.relative_to(ROOT)))
+    home = tmp_path / "home"
+    home.mkdir()
+    return {**os.environ, "HOME": str(home), "NO_COLOR": "1", "NODE_NO_WARNINGS": "1"}
+
+
+# -- the plan ---------------------------------------------------------------------------------------
+
+
+def plan() -> list[dict[str, Any]]:
+    """The scenario's steps as a ``scripted_task.mjs`` plan.
+
+    The initial list, then a subscriptions/listen stream (2026-07-28 only; in the handshake era
+    list_changed arrives unsolicited), then every step of ``scenario.STEPS``. After each
+    ``reexpand_tools`` call the client waits for the list change and lists again, as a client
+    that follows list_changed does.
+    """
+    steps: list[dict[str, Any]] = [{"op": "list", "label": "initial"}, {"op": "listen", "label": "listen"}]
+    for label, tool, arguments in scenario.STEPS:
+        steps.append({"op": "call", "label": label, "name": tool, "arguments": arguments})
+        if tool == "reexpand_tools":
+            steps.append({"op": "await_list_changed", "since": len(steps) - 1, "label": f"changed: {label}"})
+            steps.append({"op": "list", "label": f"listed: {label}"})
+    return steps
+
+
+async def run_task(
+    sdk: str, era: str, transport: str, config: Path, env: dict[str, str]
+) -> tuple[dict[str, Any], Ran, str]:
+    """Run the whole task in one client process; returns its report, the run, the gateway log."""
+    argv = [
+        "node",
+        str(SCRIPT),
+        "--sdk",
+        sdk,
+        "--era",
+        era,
+        "--plan",
+        json.dumps(plan()),
+        "--timeout",
+        "60000",
+        "--notify-timeout",
+        "20000",
+    ]
+    if transport == "stdio":
+        ran = await run_client(
+            [*argv, "--stdio", *scenario.serve_command(config)], env=env, timeout=RUN_TIMEOUT
+        )
+        report = _report(ran)
+        return report, ran, str(report.get("server_stderr_tail") or "")
+    async with http_serve("--config", str(config)) as served:
+        # Handshake era: the Mcp-Session-Id the client keeps is the gateway session, as for any
+        # client. 2026-07-28 has no protocol session: the Residency-Session header names it.
+        session = [] if era == "legacy" else ["--session", f"ts-{sdk}-{era}"]
+        ran = await run_client([*argv, *session, "--url", served.url], env=env, timeout=RUN_TIMEOUT)
+        return _report(ran), ran, served.log()
+
+
+def _report(ran: Ran) -> dict[str, Any]:
+    try:
+        report: dict[str, Any] = json.loads(ran.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"the client printed no JSON report: {ran.explain()}")
+    assert ran.returncode == 0 and report["ok"] is True, ran.explain()
+    return report
+
+
+def steps_by_label(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    steps = report["steps"]
+    assert [s["label"] for s in steps] == [s["label"] for s in plan()]
+    thrown = [s for s in steps if "thrown" in s]
+    assert not thrown, f"steps threw in the client: {thrown}"
+    return {s["label"]: s for s in steps}
+
+
+def reason(step: dict[str, Any]) -> str | None:
+    details = (step.get("meta") or {}).get("residency/error")
+    return details.get("reason") if isinstance(details, dict) else None
+
+
+def full_schema(name: str) -> dict[str, Any]:
+    (tool,) = [t for t in desk_tools() if t["name"] == name]
+    schema: dict[str, Any] = tool["inputSchema"]
+    return schema
+
+
+def schema_in(text: str) -> Any:
+    """The JSON object embedded in a refusal text (the tool's input schema)."""
+    start = text.find("{")
+    assert start >= 0, text
+    value, _ = json.JSONDecoder().raw_decode(text[start:])
+    return value
+
+
+# -- the task -------------------------------------------------------------------------------------
+
+
+@CLIENTS
+@TRANSPORTS
+async def test_a_typescript_client_runs_the_scripted_task_in_one_session(
+    sdk: str, era: str, transport: str, tmp_path: Path, node_env: dict[str, str]
+) -> None:
+    config = scenario.write_config(tmp_path)
+    report, ran, log = await run_task(sdk, era, transport, config, node_env)
+    steps = steps_by_label(report)
+    modern = era != "legacy"
+
+    # The era the client asked for is the era it got (auto picks 2026-07-28 on this gateway).
+    assert report["protocol_version"] == (MODERN if modern else HANDSHAKE), ran.explain()
+    assert report["protocol_era"] == ("modern" if modern else "legacy")
+    assert report["advertised_list_changed"] is True
+
+    # 1. The session's view: the tools planned to the budget plus the meta-tools.
+    initial = steps["initial"]
+    assert set(initial["names"]) == {*scenario.INITIAL_TOOLS, *scenario.META_TOOLS}
+    if modern:
+        assert (initial["ttlMs"], initial["cacheScope"]) == (0, "private")
+        assert steps["listen"]["honoredFilter"] == {"toolsListChanged": True}
+    else:
+        assert "skipped" in steps["listen"]
+
+    # 2-8. What the gateway answered, step by step, as the scenario defines it.
+    calls = [steps[label] for label, _, _ in scenario.STEPS]
+    scenario.check_outcomes([{"is_error": s["isError"], "text": s["text"]} for s in calls])
+    _, _, _, refused, invalid, implicit, reexpanded, again = calls
+
+    # The re-expansion pushed the two out and the client was told (list_changed / listen event).
+    push_label = scenario.STEPS[2][0]
+    assert steps[f"changed: {push_label}"]["arrived"] is True, ran.explain()
+    after_push = steps[f"listed: {push_label}"]
+    assert scenario.TOMBSTONED_TOOL not in after_push["names"]
+    assert scenario.EVICTED_TOOL not in after_push["names"]
+    assert "update_incident" in after_push["names"]
+    reexpand_description = {t["name"]: t for t in after_push["tools"]}["reexpand_tools"]["description"]
+
+    # The tombstoned tool: refused with its tombstone line, which the list showed the model.
+    assert reason(refused) == "tool_not_resident"
+    assert refused["text"] in reexpand_description
+    assert "reexpand_tools" in refused["text"]
+
+    # The evicted tool: invalid arguments get its full schema, valid ones the desk's result.
+    assert reason(invalid) == "arguments_invalid"
+    assert schema_in(invalid["text"]) == full_schema(scenario.EVICTED_TOOL)
+    assert reason(implicit) is None
+    assert implicit["structuredContent"]["incident_id"] == "INC-7"
+    assert implicit["structuredContent"]["status"] == "resolved"
+    assert re.search(rf"re-expanded .*tools={scenario.EVICTED_TOOL} \(implicit\)", log), log
+
+    # Re-expanded by name: listed again (after the change was announced) and callable.
+    reexpand_label = scenario.STEPS[6][0]
+    assert reexpanded["structuredContent"]["tools"][0]["name"] == scenario.TOMBSTONED_TOOL
+    assert steps[f"changed: {reexpand_label}"]["arrived"] is True, ran.explain()
+    assert scenario.TOMBSTONED_TOOL in steps[f"listed: {reexpand_label}"]["names"]
+    assert again["structuredContent"]["incident_id"] == "INC-7"
+
+    # 2026-07-28: the changes came on the subscriptions/listen stream, not unsolicited.
+    notes = report["notifications"]
+    assert notes
+    if modern:
+        assert all((n["meta"] or {}).get(SUBSCRIPTION_ID) for n in notes), notes
