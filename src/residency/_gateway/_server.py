@@ -18,7 +18,8 @@ Every request is mapped to a session key (``_connection.session_key``) and so to
 3. the session plans the next turn (``plan_turn``), so a tool unused for a while is demoted
    under budget pressure, and a demoted tool with visible arguments is tombstoned;
 4. if what the client sees changed, it is told: ``tools/list_changed`` in the handshake era,
-   ``resources/updated`` for ``residency://tombstones`` on listen streams in the 2026-07-28 era.
+   ``ToolsListChanged`` (and ``resources/updated`` for ``residency://tombstones``) on the
+   session's listen streams in the 2026-07-28 era.
 
 In both eras ``tools/list`` is the caller's session view: its resident tools (minified) plus
 the meta-tools, with the tombstones in ``reexpand_tools``' description. Agent frameworks let
