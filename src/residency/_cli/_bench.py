@@ -26,6 +26,7 @@ BENCHES: dict[str, str] = {
     "session": "residency._bench.session",
     "minify": "residency._bench.minify",
     "gateway": "residency._bench.gateway",
+    "search": "residency._bench.search",
 }
 
 

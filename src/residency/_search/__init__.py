@@ -1,0 +1,48 @@
+"""Tool search: BM25 over tool definitions, fused with an optional offline embedding model.
+
+One index per catalog, shared by every session and filtered per query; see ``_index``.
+"""
+
+from __future__ import annotations
+
+from residency._search._index import (
+    Among,
+    IndexedTool,
+    Ranker,
+    SearchHit,
+    ToolIndex,
+    ToolLike,
+    clear_shared_indexes,
+    search,
+    shared_index,
+)
+from residency._search._semantic import (
+    RANKER_ENV,
+    Embedder,
+    EmbeddingCache,
+    default_embedder,
+    embedding_cache,
+)
+from residency._search._text import document_terms, embedding_texts, query_terms, summary_line, tokenize
+
+__all__ = (
+    "RANKER_ENV",
+    "Among",
+    "Embedder",
+    "EmbeddingCache",
+    "IndexedTool",
+    "Ranker",
+    "SearchHit",
+    "ToolIndex",
+    "ToolLike",
+    "clear_shared_indexes",
+    "default_embedder",
+    "document_terms",
+    "embedding_cache",
+    "embedding_texts",
+    "query_terms",
+    "search",
+    "shared_index",
+    "summary_line",
+    "tokenize",
+)

@@ -1,0 +1,442 @@
+"""The tool index: built once per catalog, shared by every session, filtered per query.
+
+Theory of operation:
+
+- A :class:`ToolIndex` covers a whole catalog (every tool a gateway aggregates, or every tool a
+  session registered). Building it tokenizes each definition (terms are cached per definition
+  hash, so a rebuild after a small catalog change re-tokenizes only what changed) and builds a
+  BM25 index (bm25s: term scores precomputed in sparse arrays, so a query costs the postings of
+  its terms, not a pass over every document).
+- Indexes are shared through :func:`shared_index`, keyed by the catalog's identity: the
+  (name, definition hash, server) of every tool. Sessions over the same catalog get the same
+  index; a changed catalog gets a new one, and the last few are kept.
+- A query ranks the whole catalog and keeps only the tools it is told to (``among``: a session's
+  withheld tools), read off the top of the ranking, so one index serves every session whatever
+  their tools' states, and a query costs what it reads, not a pass over every name.
+- With a semantic ranker (:mod:`residency._search._semantic`), each tool also has a vector
+  (cached per definition hash), and the two rankings are fused: each score scaled to [0, 1]
+  over the catalog, the semantic one weighted twice (on the labelled query set this
+  beat reciprocal rank fusion and either ranking alone). Vectors are
+  computed on first use, in a background thread by default (BM25 alone answers until they are
+  ready) or at once with :meth:`ToolIndex.embed`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import sys
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+
+from residency._core._tools import definition_hash
+from residency._search._semantic import Embedder, Vectors, default_embedder, embedding_cache
+from residency._search._text import document_terms, embedding_texts, query_terms, summary_line
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+__all__ = [
+    "Among",
+    "IndexedTool",
+    "Ranker",
+    "SearchHit",
+    "ToolIndex",
+    "ToolLike",
+    "clear_shared_indexes",
+    "search",
+    "shared_index",
+]
+
+Among: TypeAlias = Collection[str] | Callable[[str], bool] | None
+"""The tools a query may return: names, a test on a name, or None for every tool."""
+
+Ranker: TypeAlias = Literal["auto", "bm25", "semantic", "fusion"]
+"""``auto``: fusion when vectors are ready, else BM25; the others force one ranking."""
+
+_log = logging.getLogger("residency.search")
+
+_K1 = 1.2
+_B = 0.75
+_SEMANTIC_WEIGHT = 2.0  # the semantic ranking's weight in the fusion (BM25's is 1)
+_EMBED_CHUNK = 64
+_SHARED = 4  # indexes kept by shared_index (the current catalog and a few before it)
+_TERMS_LIMIT = 50_000  # definitions whose terms are kept for the next rebuild
+
+
+class ToolLike(Protocol):
+    """What an index entry needs: ``CatalogEntry`` and ``ToolSpec`` both have it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def hash(self) -> str: ...
+
+    @property
+    def definition(self) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedTool:
+    """One tool to index: its listed name, definition hash, definition and server (if any)."""
+
+    name: str
+    hash: str
+    definition: Mapping[str, Any]
+    server: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """One ranked tool. ``score`` is BM25's, the cosine similarity, or the fused score (0 to 3)."""
+
+    name: str
+    summary: str
+    score: float
+
+
+# Background embedding threads run native code; one still running when the interpreter
+# finalizes aborts the process. At exit they are told to stop and joined (one chunk at most).
+_stopping = threading.Event()
+_background: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_background() -> None:
+    _stopping.set()
+    for thread in list(_background):
+        thread.join()
+
+
+_terms_cache: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
+_terms_lock = threading.Lock()
+
+
+def _terms(tool: IndexedTool) -> list[str]:
+    key = (tool.hash, tool.server)
+    with _terms_lock:
+        found = _terms_cache.get(key)
+    if found is None:
+        # Interned: the same few thousand words recur across every definition.
+        found = [sys.intern(t) for t in document_terms(tool.definition, tool.server)]
+        with _terms_lock:
+            _terms_cache[key] = found
+            while len(_terms_cache) > _TERMS_LIMIT:
+                _terms_cache.popitem(last=False)
+    return found
+
+
+class ToolIndex:
+    """BM25 (and, when available, vectors) over one catalog; immutable once built.
+
+    Args:
+        tools: the catalog (names must be unique).
+        embedder: the semantic model; ``"default"`` for the installed one (or none), None for
+            BM25 only.
+    """
+
+    def __init__(
+        self, tools: Iterable[IndexedTool], embedder: Embedder | Literal["default"] | None = "default"
+    ):
+        import bm25s
+
+        self.tools: tuple[IndexedTool, ...] = tuple(tools)
+        self._position = {t.name: i for i, t in enumerate(self.tools)}
+        if len(self._position) != len(self.tools):
+            raise ValueError("tool names in an index must be unique")
+        # The installed model is loaded on first need (in the background thread, usually), so
+        # that building an index never waits for it.
+        self._embedder: Embedder | None = None if embedder == "default" else embedder
+        self._resolved = embedder != "default"
+        self._summaries: dict[int, str] = {}
+        corpus = [_terms(t) or [""] for t in self.tools]
+        self._bm25 = bm25s.BM25(k1=_K1, b=_B, method="lucene")
+        if corpus:
+            self._bm25.index(corpus, show_progress=False)
+        self._vectors: Vectors | None = None
+        self._embedding: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._embed_lock = threading.Lock()
+        self._query_vectors: OrderedDict[str, Vectors] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.tools)
+
+    def _model(self) -> Embedder | None:
+        with self._embed_lock:
+            if not self._resolved:
+                self._embedder = default_embedder()
+                self._resolved = True
+            return self._embedder
+
+    @property
+    def semantic(self) -> bool:
+        """Whether a semantic ranker is configured (its vectors may still be on their way)."""
+        return self._model() is not None
+
+    @property
+    def vectors_ready(self) -> bool:
+        return self._vectors is not None
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def embed(self) -> None:
+        """Compute the tools' vectors now (cached per definition hash); no-op without a model."""
+        embedder = self._model()
+        with self._embed_lock:
+            if embedder is None or self._vectors is not None:
+                return
+            by_key = {f"{t.hash}:{t.server}": t for t in self.tools}  # the server is embedded too
+            keys = list(by_key)
+
+            def texts(key: str) -> tuple[str, str]:
+                return embedding_texts(by_key[key].definition, by_key[key].server)
+
+            cache = embedding_cache()
+            # In chunks, so that a background run stops between two when the process exits.
+            for start in range(0, len(keys), _EMBED_CHUNK):
+                if _stopping.is_set():
+                    return
+                cache.vectors(embedder, keys[start : start + _EMBED_CHUNK], texts)
+            self._vectors = cache.vectors(embedder, keys, texts)
+
+    def _embed_quietly(self) -> None:
+        try:
+            self.embed()
+        except Exception:  # the model failed: this index stays on BM25, and says why once
+            _log.warning("tool search: computing vectors failed; BM25 alone is used", exc_info=True)
+
+    def embed_in_background(self) -> None:
+        """Start computing the vectors in a thread (once); searches use BM25 until they are ready."""
+        if (self._resolved and self._embedder is None) or self._vectors is not None or _stopping.is_set():
+            return
+        with self._lock:
+            if self._embedding is None:
+                thread = threading.Thread(target=self._embed_quietly, name="residency-embed", daemon=True)
+                self._embedding = thread
+                _background.add(thread)
+                thread.start()
+
+    def _query_vector(self, query: str) -> Vectors:
+        assert self._embedder is not None  # vectors exist only where a model made them
+        with self._lock:
+            found = self._query_vectors.get(query)
+        if found is None:
+            found = self._embedder.embed([query])[0]
+            with self._lock:
+                self._query_vectors[query] = found
+                while len(self._query_vectors) > 256:
+                    self._query_vectors.popitem(last=False)
+        return found
+
+    def forget_queries(self) -> None:
+        """Drop the cached query vectors (the last 256 queries are kept otherwise)."""
+        with self._lock:
+            self._query_vectors.clear()
+
+    # -- ranking ---------------------------------------------------------------------------
+
+    def _keep(self, among: Among) -> Callable[[int], bool] | None:
+        if among is None:
+            return None
+        tools = self.tools
+        if callable(among):
+            test = among
+            return lambda i: test(tools[i].name)
+        names = among
+        return lambda i: tools[i].name in names
+
+    def _walk(
+        self, scores: npt.NDArray[Any], keep: Callable[[int], bool] | None, limit: int, *, matched: bool
+    ) -> list[tuple[int, float]]:
+        """The first ``limit`` kept positions by descending score (ties by position).
+
+        The filter is applied while walking the ranking, so a query costs what it reads from
+        the top rather than a pass over every eligible name; the candidates examined grow
+        eightfold whenever the kept ones run out. ``matched``: only positive scores count.
+        """
+        import numpy as np
+
+        n = len(scores)
+        size = min(n, max(4 * limit, 32))
+        while True:
+            if size < n:
+                # Everything at least as good as the size-th best, so ties at the cut stay exact.
+                floor = np.partition(scores, n - size)[n - size]
+                candidates = np.flatnonzero(scores >= floor)
+            else:
+                candidates = np.arange(n)
+            if matched:
+                candidates = candidates[scores[candidates] > 0]
+            order = candidates[np.lexsort((candidates, -scores[candidates]))]
+            out: list[tuple[int, float]] = []
+            for i in order.tolist():
+                if keep is None or keep(i):
+                    out.append((i, float(scores[i])))
+                    if len(out) == limit:
+                        return out
+            if size >= n or (matched and len(candidates) < size):
+                return out
+            size = min(n, size * 8)
+
+    def _bm25_scores(self, query: str) -> npt.NDArray[np.float32] | None:
+        ids = self._bm25.get_tokens_ids(query_terms(query)) if self.tools else []
+        if not ids:
+            return None
+        scores: npt.NDArray[np.float32] = self._bm25.get_scores_from_ids(ids)
+        return scores
+
+    def rank(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        among: Among = None,
+        ranker: Ranker = "auto",
+    ) -> list[tuple[int, float]]:
+        """Positions in ``tools`` and scores, best first (see :meth:`search`)."""
+        import numpy as np
+
+        if limit <= 0 or not self.tools:
+            return []
+        mode = ranker
+        if mode == "auto":
+            mode = "fusion" if self._vectors is not None else "bm25"
+            if mode == "bm25":
+                self.embed_in_background()  # for the next queries (no-op without a model)
+        elif mode != "bm25":
+            if self._model() is None:
+                raise ValueError(f"ranker {ranker!r} needs a semantic model, and none is installed")
+            self.embed()
+        keep = self._keep(among)
+        lexical = self._bm25_scores(query)
+        if mode == "bm25":
+            return [] if lexical is None else self._walk(lexical, keep, limit, matched=True)
+        assert self._vectors is not None
+        # einsum: a plain loop over the rows, faster here than a threaded BLAS call for one vector
+        sims = np.einsum("ij,j->i", self._vectors, self._query_vector(query))
+        if mode == "semantic" or lexical is None:
+            return self._walk(sims, keep, limit, matched=False)
+        # Each ranking scaled to [0, 1] over the whole catalog, then weighted: the two disagree
+        # in scale (BM25 is unbounded, cosine is not), and the model reads paraphrases better.
+        # The catalog, not the eligible tools, sets the scale, so a session's filter only
+        # removes tools from the ranking and never reorders the rest.
+        fused = _unit(lexical) + _SEMANTIC_WEIGHT * _unit(sims)
+        return self._walk(fused, keep, limit, matched=False)
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        among: Among = None,
+        ranker: Ranker = "auto",
+    ) -> list[SearchHit]:
+        """The tools that best match ``query``.
+
+        Args:
+            query: what the caller wants to do, in its own words.
+            limit: at most this many hits.
+            among: which tools are eligible (e.g. a session's withheld ones): a collection of
+                names, or a test on a name (asked only of the best-ranked tools, so a query
+                does not pay for every name), or None for all.
+            ranker: ``auto`` fuses BM25 with the semantic ranker when its vectors are ready
+                (and starts computing them otherwise); ``bm25``, ``semantic`` or ``fusion``
+                force one (the last two compute the vectors first, if needed).
+
+        Returns:
+            Hits, best first. BM25 leaves out tools that share no term with the query.
+
+        Raises:
+            ValueError: ``semantic`` or ``fusion`` asked for with no model installed.
+        """
+        hits = []
+        for i, score in self.rank(query, limit=limit, among=among, ranker=ranker):
+            summary = self._summaries.get(i)
+            if summary is None:
+                summary = self._summaries[i] = summary_line(self.tools[i].definition)
+            hits.append(SearchHit(self.tools[i].name, summary, round(score, 6)))
+        return hits
+
+
+def _unit(scores: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
+    """``scores`` mapped linearly onto [0, 1] by their range (all 0 if they are all equal)."""
+    import numpy as np
+
+    values = scores.astype(np.float64)
+    low, high = float(values.min()), float(values.max())
+    if high <= low:
+        return np.zeros(len(values), dtype=np.float64)
+    result: npt.NDArray[np.float64] = (values - low) / (high - low)
+    return result
+
+
+_shared: OrderedDict[tuple[tuple[str, str, str], ...], ToolIndex] = OrderedDict()
+_shared_lock = threading.Lock()
+
+
+def _indexed(tool: ToolLike | IndexedTool) -> IndexedTool:
+    if isinstance(tool, IndexedTool):
+        return tool
+    return IndexedTool(tool.name, tool.hash, tool.definition, str(getattr(tool, "server", "") or ""))
+
+
+def shared_index(tools: Iterable[ToolLike | IndexedTool]) -> ToolIndex:
+    """The index of this catalog, built on first use and shared by every caller after that.
+
+    Keyed by the (name, definition hash, server) of every tool, in order; the last few catalogs'
+    indexes are kept, so sessions moving between two catalogs do not rebuild either.
+    """
+    entries = [_indexed(t) for t in tools]
+    key = tuple((t.name, t.hash, t.server) for t in entries)
+    with _shared_lock:
+        found = _shared.get(key)
+        if found is not None:
+            _shared.move_to_end(key)
+            return found
+    index = ToolIndex(entries)
+    with _shared_lock:
+        found = _shared.setdefault(key, index)
+        _shared.move_to_end(key)
+        while len(_shared) > _SHARED:
+            _shared.popitem(last=False)
+    return found
+
+
+def clear_shared_indexes() -> None:
+    """Forget every shared index and cached term list (vectors stay in the embedding cache)."""
+    with _shared_lock:
+        _shared.clear()
+    with _terms_lock:
+        _terms_cache.clear()
+
+
+def search(
+    query: str,
+    candidates: Iterable[Mapping[str, Any]],
+    limit: int = 5,
+    *,
+    ranker: Ranker = "auto",
+) -> list[SearchHit]:
+    """Rank candidate tool definitions against ``query`` (the embedded API's entry point).
+
+    The index of the candidate set is shared and kept (see :func:`shared_index`), so asking
+    again over the same definitions costs one query. When the eligible tools change often but
+    the catalog does not, index the catalog once and pass ``among`` to :meth:`ToolIndex.search`.
+
+    Args:
+        query: what the caller wants to do, in its own words.
+        candidates: tool definitions (``tools/list`` entries) with unique names.
+        limit: at most this many hits.
+        ranker: as for :meth:`ToolIndex.search`.
+    """
+    tools = [IndexedTool(str(t["name"]), definition_hash(t), t) for t in candidates]
+    if not tools or limit <= 0:
+        return []
+    return shared_index(tools).search(query, limit=limit, ranker=ranker)

@@ -1,0 +1,66 @@
+"""``residency bench search``: its metrics, its synthetic catalog and a small run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from residency._bench import search as bench
+from residency._bench.search import (
+    Query,
+    corpus_catalog,
+    default_queries,
+    label_names,
+    quality,
+    synthetic_servers,
+)
+from residency._search import RANKER_ENV, clear_shared_indexes
+from tests.conftest import CORPUS, load_corpus
+
+
+def test_recall_and_mrr_count_the_first_labelled_tool_within_the_first_ten() -> None:
+    names = {("s", "a"): "a", ("s", "b"): "b", ("s", "c"): "c"}
+    queries = [
+        Query("first", (("s", "a"),)),
+        Query("third", (("s", "c"), ("s", "b"))),  # b at rank 3 counts, c is not ranked
+        Query("missed", (("s", "c"),)),
+    ]
+    rankings = {"first": ["a", "x"], "third": ["x", "y", "b"], "missed": ["x"] * 10 + ["c"]}
+    result = quality(lambda q: rankings[q], queries, names)
+    assert result["r1"] == pytest.approx(1 / 3)
+    assert result["r5"] == pytest.approx(2 / 3)
+    assert result["mrr"] == pytest.approx((1 + 1 / 3) / 3)
+    assert result["misses"] == ["missed"]
+
+
+def test_the_synthetic_catalog_repeats_the_corpus_with_unique_names() -> None:
+    servers = {"a": [{"name": "x"}, {"name": "y"}], "b": [{"name": "z"}]}
+    out = synthetic_servers(servers, 7)
+    names = [t["name"] for tools in out.values() for t in tools]
+    assert len(names) == len(set(names)) == 7
+    assert [t["name"] for t in out["b"]] == ["z", "z_1"]
+
+
+def test_a_small_run_reports_quality_and_latency_against_the_old_search(tmp_path: Path) -> None:
+    load_corpus()  # skips without the corpus
+    clear_shared_indexes()
+    some = json.loads(default_queries().read_text())
+    some["queries"] = some["queries"][::12]
+    queries = tmp_path / "queries.json"
+    queries.write_text(json.dumps(some))
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    argv = ["--corpus", str(CORPUS), "--queries", str(queries), "--big", "600", "--baseline-queries", "2"]
+    before = os.environ.get(RANKER_ENV)
+    report = bench.run(parser.parse_args([*argv, "--no-semantic"]))
+    assert os.environ.get(RANKER_ENV) == before
+    figures = {f.name: f.value for f in report.figures}
+    assert figures["bm25 MRR"] > figures["baseline MRR"]
+    assert figures["search_tools new / old, 405 tools"] < 1
+    assert "search_tools per query, 600 tools" in figures
+    names = label_names(corpus_catalog(bench.load_corpus(CORPUS)))
+    assert len(names) == 405
