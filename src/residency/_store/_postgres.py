@@ -1,0 +1,528 @@
+"""The PostgreSQL store: journals and content in a database that several gateways can share.
+
+The tables live in one PostgreSQL schema of their own (``residency`` by default; see
+``_postgres_schema`` for the layout). The store creates the schema on first open and migrates
+it forward, under an advisory lock so that replicas starting together do not race. A schema
+that holds tables of another application, or that a newer residency has migrated past this
+version, is refused with a ``StoreError`` before anything is written to it. Pick the schema
+with the ``schema`` argument or a ``?schema=NAME`` query parameter in the URL (several stores,
+e.g. tests, can share one database that way).
+
+Appends and conflicts
+---------------------
+An append is one statement (one round trip, its own transaction): it reads the session's last
+``seq`` through the primary-key index and inserts the entries after it. Two writers that read
+the same end both try to insert the same ``(session_id, seq)``; the primary key rejects the
+loser. With ``after`` (the last entry the writer has applied) the loser gets ``StoreConflict``,
+and so does a writer whose ``after`` is already stale when it reads the end; without ``after``
+the store reads the new end and tries again, as SQLite's write lock would have made it wait.
+
+Durability
+----------
+Every transaction commits with the server's ``synchronous_commit`` (``on`` by default): an
+acknowledged append is on the server's disk. ``append_relaxed`` is an ordinary append here.
+An asynchronous commit (``synchronous_commit = off``) would save one WAL flush, but PostgreSQL
+shows a transaction to every other connection as soon as it commits, before that flush: another
+replica could act on a relaxed entry that a server crash then takes back, and its view would be
+ahead of the journal. SQLite's relaxed commit has no such reader, so it stays an SQLite
+optimisation.
+
+A lost connection is told apart from a refusal: reads, ``put_content`` and ``save_checkpoint``
+are retried once on a fresh connection (they are idempotent). An append that loses its
+connection may or may not have committed: with ``after`` the store looks (our entries are
+there: done; the journal still ends at ``after``: append again; anything else:
+``StoreConflict``); without ``after`` it raises ``StoreError`` and the caller must reload.
+
+The URL's password (in the user part or a ``password`` parameter) never appears in an error,
+a log line or ``repr``: the store names itself by its redacted URL. Prefer ``PGPASSWORD`` or a
+``~/.pgpass`` file, which libpq reads, over a password in the URL.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote, urlsplit
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from residency._errors import (
+    ConfigError,
+    IntegrityError,
+    InvalidInput,
+    NotFound,
+    StoreConflict,
+    StoreError,
+)
+from residency._store import redact_url
+from residency._store._postgres_schema import SCHEMA_VERSION, migrate
+from residency._store._protocol import JournalEntry, content_key
+
+__all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "PostgresStore"]
+
+DEFAULT_SCHEMA = "residency"
+"""The PostgreSQL schema a store uses when neither the URL nor the caller names one."""
+_SCHEMES = ("postgresql://", "postgres://")
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
+_RACES = 8  # appends without ``after`` that lose a race retry this often before giving up
+_PART = 64 << 20  # checkpoint part size, as in SQLite (one bytea value may not exceed 1 GB)
+
+_APPEND = """
+WITH head AS (
+    SELECT COALESCE(MAX(seq), 0) AS last FROM {s}.journal WHERE session_id = %(sid)s
+), ok AS (
+    SELECT last FROM head WHERE %(after)s::bigint IS NULL OR last = %(after)s::bigint
+), new_session AS (
+    INSERT INTO {s}.sessions (session_id) SELECT %(sid)s FROM ok WHERE last = 0
+    ON CONFLICT DO NOTHING
+), added AS (
+    INSERT INTO {s}.journal (session_id, seq, op, data, at)
+    SELECT %(sid)s, ok.last + r.n, r.op, r.data, r.at
+    FROM ok, unnest(%(ops)s::text[], %(data)s::text[], %(at)s::float8[]) WITH ORDINALITY AS r(op, data, at, n)
+    RETURNING seq
+)
+SELECT head.last, (SELECT count(*) FROM added) FROM head
+"""
+
+T = TypeVar("T")
+
+
+# -- URLs ----------------------------------------------------------------------------------------
+
+
+def _split(url: str, schema: str | None) -> tuple[str, str, str, tuple[str, ...], dict[str, Any]]:
+    """(libpq URL without ``schema``, schema, redacted URL, secrets to scrub, libpq parameters)."""
+    shown = redact_url(url)
+    try:
+        urlsplit(url).port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        raise ConfigError(f"{shown}: not a valid PostgreSQL URL", where="store") from None
+    # The query is filtered as text: decoding and re-encoding it would change what libpq reads
+    # (it takes "+" literally, for one).
+    base, _, query = url.partition("?")
+    items = [item for item in query.split("&") if item]
+    named = [unquote(i.partition("=")[2]) for i in items if i.partition("=")[0] == "schema"]
+    kept = [i for i in items if i.partition("=")[0] != "schema"]
+    rest = f"{base}?{'&'.join(kept)}" if kept else base
+    if schema is None:
+        schema = named[-1] if named else DEFAULT_SCHEMA
+    try:
+        params = conninfo_to_dict(rest)
+    except psycopg.Error as exc:
+        raise ConfigError(f"{shown}: not a valid PostgreSQL URL: {exc}", where="store") from None
+    password = params.get("password")
+    secrets = (str(password), quote(str(password), safe="")) if password else ()
+    message = _scrub(f"{shown}: ", secrets)
+    if not _IDENTIFIER.match(schema):
+        raise ConfigError(
+            f"{message}schema {schema!r} is not a plain PostgreSQL name "
+            f"(lowercase letters, digits and '_', not starting with a digit)",
+            where="schema",
+        )
+    return rest, schema, shown, secrets, params
+
+
+def _scrub(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+class PostgresStore:
+    """Journals and content in a PostgreSQL schema. Same contract as ``SQLiteStore``.
+
+    Example:
+        >>> from residency import PostgresStore, Session
+        >>> store = PostgresStore("postgresql://residency@db.internal/agents")   # doctest: +SKIP
+        >>> s = Session(store, session_id="agent-1")                           # doctest: +SKIP
+
+    Args:
+        url: a libpq URL, ``postgresql://user@host:port/database``, optionally with
+            ``?schema=NAME`` and any libpq parameter (``sslmode``, ``connect_timeout``, ...).
+        schema: the PostgreSQL schema holding the store's tables (default: the URL's
+            ``schema`` parameter, else ``residency``); created if missing.
+        pool_size: the most connections the store opens at once (one per concurrent call).
+        timeout: seconds to wait for a connection (to connect, or for a free one in the pool).
+        create: create (or upgrade) the schema if needed; False opens only a current store
+            and changes nothing (``residency inspect``).
+
+    Raises:
+        ConfigError: a malformed URL or schema name.
+        StoreError: the database cannot be reached, or the schema belongs to another
+            application, was written by a newer residency, or is broken.
+
+    One store may be shared by many sessions and threads, and many processes (replicas) may
+    open the same database and schema.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 4,
+        timeout: float = 10.0,
+        create: bool = True,
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(_SCHEMES):
+            raise ConfigError("a PostgreSQL store URL starts with 'postgresql://'", where="store")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise ConfigError(f"pool_size must be a positive integer, not {pool_size!r}", where="pool_size")
+        if not timeout > 0:
+            raise ConfigError(f"timeout must be positive, not {timeout!r}", where="timeout")
+        self._conninfo, self._schema, self._url, self._secrets, params = _split(url, schema)
+        self._timeout = float(timeout)
+        # Keyword arguments override the URL's parameters: only fill in what it leaves out.
+        connect_timeout = int(params.get("connect_timeout") or max(1, round(self._timeout)))
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": connect_timeout}
+        if "application_name" not in params:
+            kwargs["application_name"] = "residency"
+        s = sql.Identifier(self._schema)
+        self._sql: dict[str, sql.Composed] = {
+            name: sql.SQL(text).format(s=s)
+            for name, text in {
+                "append": _APPEND,
+                "last": "SELECT COALESCE(MAX(seq), 0) FROM {s}.journal WHERE session_id = %s",
+                "raw": "SELECT op, data, at FROM {s}.journal WHERE session_id = %s AND seq > %s "
+                "ORDER BY seq LIMIT %s",
+                "load": "SELECT seq, op, data, at FROM {s}.journal WHERE session_id = %s AND seq > %s "
+                "ORDER BY seq",
+                "lock_session": "SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
+                "checkpoint_seq": "SELECT COALESCE(MAX(seq), 0) FROM {s}.checkpoints WHERE session_id = %s",
+                "drop_checkpoint": "DELETE FROM {s}.checkpoints WHERE session_id = %s",
+                "put_checkpoint": "INSERT INTO {s}.checkpoints (session_id, part, seq, bytes) "
+                "VALUES (%s, %s, %s, %s)",
+                "get_checkpoint": "SELECT part, seq, bytes FROM {s}.checkpoints WHERE session_id = %s "
+                "ORDER BY part",
+                "sessions": "SELECT session_id FROM {s}.sessions",
+                "put_content": "INSERT INTO {s}.content (key, bytes) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                "get_content": "SELECT bytes FROM {s}.content WHERE key = %s",
+            }.items()
+        }
+        with self._translate("open"):
+            with psycopg.connect(self._conninfo, **kwargs) as conn:
+                migrate(conn, self._schema, f"{self._url} (schema {self._schema!r})", create=create)
+            pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+                self._conninfo,
+                kwargs=kwargs,
+                min_size=1,
+                max_size=pool_size,
+                open=False,
+                name=f"residency-{self._schema}",
+                timeout=self._timeout,
+            )
+            try:
+                pool.open(wait=True, timeout=self._timeout)
+            except BaseException:
+                pool.close()
+                raise
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = pool
+
+    @property
+    def url(self) -> str:
+        """The database URL, its password shown as ``***``."""
+        return self._url
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the store's tables."""
+        return self._schema
+
+    # -- running statements ------------------------------------------------------------------
+
+    def _fail(self, what: str, exc: BaseException) -> StoreError:
+        if isinstance(exc, PoolTimeout):
+            detail = f"no database connection within {self._timeout:g} s (is PostgreSQL running?)"
+        else:
+            detail = str(exc).strip() or type(exc).__name__
+        return StoreError(_scrub(f"{self._url}: {what} failed: {detail}", self._secrets))
+
+    @contextmanager
+    def _translate(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise self._fail(what, exc) from None
+
+    def _live(self) -> ConnectionPool[psycopg.Connection[Any]]:
+        pool = self._pool
+        if pool is None:
+            raise StoreError(f"{self._url}: the store is closed")
+        return pool
+
+    def _on(self, what: str, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Run ``work`` on a pooled connection; once more on a fresh one if the first was lost.
+
+        Only for work that may safely run twice (reads, idempotent writes).
+        """
+        pool = self._live()
+        try:
+            with pool.connection() as conn:
+                return work(conn)
+        except psycopg.OperationalError as exc:
+            first = exc
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise self._fail(what, exc) from None
+        # The server restarted or dropped our connections: the pool still holds dead ones.
+        with self._translate(what):
+            pool.check()
+        try:
+            with pool.connection() as conn:
+                return work(conn)
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise self._fail(what, exc if not isinstance(exc, PoolTimeout) else first) from None
+
+    # -- the Store protocol ------------------------------------------------------------------
+
+    def append(self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None) -> int:
+        """Append entries to a session's journal in one transaction (durable on return).
+
+        Args:
+            session_id: the session.
+            entries: the entries, in order.
+            after: the seq of the last entry the writer has applied; if the journal ends
+                elsewhere, nothing is appended.
+
+        Returns:
+            The sequence number of the session's last entry after the append.
+
+        Raises:
+            StoreConflict: ``after`` is given and the journal does not end there, or another
+                writer appended at the same time. Nothing is appended.
+            StoreError: an entry's data is not JSON, or the database cannot be written.
+                Nothing is appended (when the connection is lost during the commit without
+                ``after``, the message says the outcome is unknown).
+        """
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int)):
+            raise InvalidInput(f"after must be a journal position (an int), not {after!r}", where="after")
+        ops, data, ats = [], [], []
+        for entry in entries:
+            try:
+                text = json.dumps(entry.data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+                text.encode("utf-8")
+            except (TypeError, ValueError) as exc:
+                raise StoreError(f"journal entry {entry.op!r} has data that is not JSON: {exc}") from None
+            ops.append(entry.op)
+            data.append(text)
+            ats.append(float(entry.at))
+        if not ops:
+            last = self._on("append", lambda conn: _one(conn, self._sql["last"], (session_id,)))
+            if after is not None and last != after:
+                raise self._conflict(session_id, after, last)
+            return last
+        return self._append_rows(session_id, ops, data, ats, after)
+
+    def _append_rows(
+        self,
+        session_id: str,
+        ops: list[str],
+        data: list[str],
+        ats: list[float],
+        after: int | None,
+        *,
+        settling: bool = False,
+    ) -> int:
+        params = {"sid": session_id, "after": after, "ops": ops, "data": data, "at": ats}
+        for _ in range(_RACES):
+            pool = self._live()
+            try:
+                with pool.connection() as conn:
+                    row = conn.execute(self._sql["append"], params).fetchone()
+            except pg_errors.UniqueViolation:
+                if after is not None:
+                    raise self._conflict(session_id, after) from None
+                continue  # another writer took these numbers: read the new end and try again
+            except psycopg.OperationalError as exc:
+                # The connection died: the statement may or may not have committed.
+                with self._translate("append"):
+                    pool.check()
+                if after is None or settling:
+                    raise StoreError(
+                        _scrub(
+                            f"{self._url}: the connection was lost during an append to session "
+                            f"{session_id!r}, which may or may not have been committed; reopen the "
+                            f"session ({str(exc).strip()})",
+                            self._secrets,
+                        )
+                    ) from None
+                return self._settle(session_id, ops, data, ats, after)
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise self._fail("append", exc) from None
+            assert row is not None
+            last, added = int(row[0]), int(row[1])
+            if added != len(ops):
+                assert after is not None  # without it every entry is inserted
+                raise self._conflict(session_id, after, last)
+            return last + added
+        raise StoreError(f"{self._url}: an append to session {session_id!r} kept racing other writers")
+
+    def _settle(self, session_id: str, ops: list[str], data: list[str], ats: list[float], after: int) -> int:
+        """An append with ``after`` lost its connection: find out whether it was committed."""
+        mine = list(zip(ops, data, ats, strict=True))
+
+        def read(conn: psycopg.Connection[Any]) -> tuple[list[tuple[Any, ...]], int]:
+            rows = conn.execute(self._sql["raw"], (session_id, after, len(mine))).fetchall()
+            return rows, _one(conn, self._sql["last"], (session_id,))
+
+        rows, last = self._on("append", read)
+        if last == after:
+            return self._append_rows(session_id, ops, data, ats, after, settling=True)
+        if [(r[0], r[1], r[2]) for r in rows] == mine:
+            return after + len(mine)
+        raise self._conflict(session_id, after, last)
+
+    def _conflict(self, session_id: str, after: int, last: int | None = None) -> StoreConflict:
+        if last is None:  # lost the race for the key: the winner's entries are committed now
+            last = self._on("append", lambda conn: _one(conn, self._sql["last"], (session_id,)))
+        return StoreConflict(
+            f"{self._url}: session {session_id!r}: the journal's last entry is {last}, not {after}: "
+            f"another writer appended to it",
+            session_id=session_id,
+            after=after,
+            last=last,
+        )
+
+    def append_relaxed(
+        self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None
+    ) -> int:
+        """``append``: on a shared database a relaxed commit could be seen, then lost (see above)."""
+        return self.append(session_id, entries, after=after)
+
+    def load(self, session_id: str, after: int = 0) -> list[JournalEntry]:
+        """The session's journal entries with ``seq > after``, in append order.
+
+        Raises:
+            StoreError: the database cannot be read, or an entry is not valid JSON.
+        """
+        rows = self._on("load", lambda conn: conn.execute(self._sql["load"], (session_id, after)).fetchall())
+        loads = json.loads
+        out = []
+        # As in SQLite: many small containers that all survive; the cyclic collector would
+        # rescan them again and again.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for seq, op, data, at in rows:
+                try:
+                    out.append(JournalEntry(op, loads(data), at, seq))
+                except ValueError:
+                    raise StoreError(
+                        f"{self._url}: session {session_id!r}, journal entry {seq} is not valid JSON"
+                    ) from None
+        finally:
+            if collecting:
+                gc.enable()
+        return out
+
+    def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
+        """Keep ``blob`` as the session's state after entry ``seq``, in one transaction.
+
+        It replaces the session's checkpoint unless that one covers a later entry; concurrent
+        saves for one session are serialized on its row. Durable on return like ``append``.
+
+        Raises:
+            InvalidInput: ``seq`` is not the number of an entry in the session's journal.
+            StoreError: the database cannot be written.
+        """
+        data = memoryview(bytes(blob))
+        parts = [bytes(data[i : i + _PART]) for i in range(0, len(data), _PART)] or [b""]
+
+        def save(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                conn.execute(self._sql["lock_session"], (session_id,))
+                last = _one(conn, self._sql["last"], (session_id,))
+                if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= last:
+                    raise InvalidInput(
+                        f"session {session_id!r}: a checkpoint must name an entry of its journal "
+                        f"(1 to {last}), not {seq!r}",
+                        where="seq",
+                    )
+                if _one(conn, self._sql["checkpoint_seq"], (session_id,)) <= seq:
+                    conn.execute(self._sql["drop_checkpoint"], (session_id,))
+                    with conn.cursor() as cur:
+                        cur.executemany(
+                            self._sql["put_checkpoint"],
+                            [(session_id, i, seq, p) for i, p in enumerate(parts)],
+                        )
+
+        self._on("save checkpoint", save)
+
+    def load_checkpoint(self, session_id: str) -> tuple[int, bytes] | None:
+        """The session's checkpoint as ``(seq, blob)``, or None.
+
+        A checkpoint whose parts disagree, or that names an entry the journal does not hold,
+        is not returned: the session then replays its whole journal.
+
+        Raises:
+            StoreError: the database cannot be read.
+        """
+
+        def read(conn: psycopg.Connection[Any]) -> tuple[list[tuple[Any, ...]], int]:
+            rows = conn.execute(self._sql["get_checkpoint"], (session_id,)).fetchall()
+            return rows, (_one(conn, self._sql["last"], (session_id,)) if rows else 0)
+
+        rows, last = self._on("load checkpoint", read)
+        if not rows:
+            return None
+        seq = rows[0][1]
+        if [r[0] for r in rows] != list(range(len(rows))) or any(r[1] != seq for r in rows):
+            return None
+        if not 1 <= seq <= last:
+            return None
+        return int(seq), b"".join(bytes(r[2]) for r in rows)
+
+    def sessions(self) -> list[str]:
+        """The ids of every session with a journal, sorted."""
+        rows = self._on("list sessions", lambda conn: conn.execute(self._sql["sessions"]).fetchall())
+        return sorted(str(r[0]) for r in rows)
+
+    def put_content(self, data: bytes) -> str:
+        """Store bytes immutably (durable on return); returns their key. Idempotent."""
+        blob = bytes(data)
+        key = content_key(blob)
+        self._on("put content", lambda conn: conn.execute(self._sql["put_content"], (key, blob)))
+        return key
+
+    def get_content(self, key: str) -> bytes:
+        """The bytes stored under ``key``, verified against it.
+
+        Raises:
+            NotFound: no content under that key.
+            IntegrityError: the stored bytes no longer match the key.
+        """
+        row = self._on("get content", lambda conn: conn.execute(self._sql["get_content"], (key,)).fetchone())
+        if row is None:
+            raise NotFound(f"no content stored under {key!r}")
+        data = bytes(row[0])
+        if content_key(data) != key:
+            raise IntegrityError(f"{self._url}: content under {key!r} does not match its hash")
+        return data
+
+    def close(self) -> None:
+        """Close the pool's connections. Further calls raise ``StoreError``; closing twice is fine."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self._url!r}, schema={self._schema!r})"
+
+
+def _one(conn: psycopg.Connection[Any], query: sql.Composed, params: tuple[Any, ...]) -> int:
+    row = conn.execute(query, params).fetchone()
+    return int(row[0]) if row is not None else 0

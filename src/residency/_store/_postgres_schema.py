@@ -1,0 +1,125 @@
+"""The PostgreSQL store's tables: created, migrated and recognised here.
+
+Layout (schema version 1), in one PostgreSQL schema of the store's own::
+
+    residency_version(version PRIMARY KEY, application, applied_at)  one row per applied migration
+    sessions(session_id PRIMARY KEY)                 one row per session with a journal
+    journal(session_id, seq, op, data, at)           primary key (session_id, seq)
+    content(key PRIMARY KEY, bytes)                  key = "sha256:" + hex digest of bytes
+    checkpoints(session_id, part, seq, bytes)        primary key (session_id, part)
+
+``migrate`` runs in one transaction under an advisory lock named after the schema, so that
+replicas starting together create or upgrade it once. A new version adds its statements to
+``_MIGRATIONS`` and bumps ``SCHEMA_VERSION``; an older residency refuses a newer schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from residency._errors import StoreError
+
+__all__ = ["APPLICATION", "SCHEMA_VERSION", "migrate"]
+
+SCHEMA_VERSION = 1
+"""The newest layout this module writes and reads."""
+APPLICATION = "residency"
+"""What ``residency_version.application`` says in a schema of ours."""
+
+_TABLES = frozenset({"residency_version", "sessions", "journal", "content", "checkpoints"})
+
+# Each version's statements, applied in order; ``{s}`` is the schema. Text columns are
+# "C"-collated: ids and keys compare by bytes, as in SQLite and in Python.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        'CREATE TABLE {s}.sessions (session_id text COLLATE "C" PRIMARY KEY)',
+        # JSON as text, not jsonb: the data comes back exactly as written (key order, numbers).
+        'CREATE TABLE {s}.journal (session_id text COLLATE "C" NOT NULL, seq bigint NOT NULL, '
+        "op text NOT NULL, data text NOT NULL, at double precision NOT NULL, "
+        "PRIMARY KEY (session_id, seq))",
+        'CREATE TABLE {s}.content (key text COLLATE "C" PRIMARY KEY, bytes bytea NOT NULL)',
+        'CREATE TABLE {s}.checkpoints (session_id text COLLATE "C" NOT NULL, part integer NOT NULL, '
+        "seq bigint NOT NULL, bytes bytea NOT NULL, PRIMARY KEY (session_id, part))",
+    ),
+}
+
+
+def migrate(conn: psycopg.Connection[Any], schema: str, where: str, *, create: bool) -> None:
+    """Create or upgrade the store's tables in ``schema``, or refuse the schema.
+
+    Args:
+        conn: an autocommit connection.
+        schema: the PostgreSQL schema (a plain, already checked name).
+        where: how errors name the store (never with a password).
+        create: False changes nothing: only a current store is accepted.
+
+    Raises:
+        StoreError: the schema holds tables of another application, was written by a newer
+            residency, is missing tables, or (``create=False``) holds no current store.
+    """
+    s = sql.Identifier(schema)
+    digest = hashlib.sha256(f"residency:{schema}".encode()).digest()
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (int.from_bytes(digest[:8], "big", signed=True),))
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
+                (schema,),
+            )
+        }
+        version = 0
+        if "residency_version" in tables:
+            rows = conn.execute(sql.SQL("SELECT version, application FROM {}.residency_version").format(s))
+            found = rows.fetchall()
+            apps = {str(r[1]) for r in found}
+            if apps - {APPLICATION}:
+                raise StoreError(
+                    f"{where}: a schema of another application ({', '.join(sorted(apps))}); "
+                    f"a residency store needs a schema of its own: add ?schema=NAME to the URL"
+                )
+            version = max((int(r[0]) for r in found), default=0)
+        elif not create:
+            raise StoreError(f"{where}: no residency store there")
+        elif tables:
+            raise StoreError(
+                f"{where}: holds tables of another application ({', '.join(sorted(tables)[:8])}); "
+                f"a residency store needs a schema of its own: add ?schema=NAME to the URL"
+            )
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{where}: written by a newer residency (store schema {version}; this version "
+                f"reads {SCHEMA_VERSION}); upgrade residency to open it"
+            )
+        if version < SCHEMA_VERSION and not create:
+            raise StoreError(
+                f"{where}: store schema {version} needs an upgrade to {SCHEMA_VERSION}; open it "
+                f"once with the gateway to upgrade it"
+            )
+        if version == 0:
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(s))
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.residency_version (version integer PRIMARY KEY, "
+                    "application text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+                ).format(s)
+            )
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[step]:
+                conn.execute(sql.SQL(statement).format(s=s))
+            conn.execute(
+                sql.SQL("INSERT INTO {}.residency_version (version, application) VALUES (%s, %s)").format(s),
+                (step, APPLICATION),
+            )
+            tables |= _TABLES
+        missing = _TABLES - tables
+        if missing:
+            raise StoreError(
+                f"{where}: a broken residency store (schema version {version}, missing tables: "
+                f"{', '.join(sorted(missing))}); restore it from a backup"
+            )
