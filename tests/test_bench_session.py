@@ -13,13 +13,18 @@ import pytest
 from residency._bench._pricing import PROFILES
 from residency._bench._simulate import (
     DeferStrategy,
-    ResidencyStrategy,
     Seed003Strategy,
     Strategy,
     conform,
-    make_strategy,
     rebuild_from_stale,
     replay,
+)
+from residency._bench._strategies import (
+    STRATEGIES,
+    AdapterStrategy,
+    GreedyStrategy,
+    ResidencyStrategy,
+    make_strategy,
 )
 from residency._bench._trace import (
     INCIDENT_DESK_FILE,
@@ -32,6 +37,7 @@ from residency._bench._trace import (
 )
 from residency._bench.session import GENERATED_END, GENERATED_START, TRACES, main, readme_table, run_trace
 from residency._cli import main as cli_main
+from residency._core._lifecycle import ToolState
 from residency._errors import InvalidInput
 from residency._tokens import count_tokens
 
@@ -304,7 +310,16 @@ def test_run_trace_reports_every_strategy_with_the_required_figures(
 ) -> None:
     trace, toolset = _bound(_tiny(), corpus)
     result = run_trace(trace, toolset, sweep=(200, 4000))
-    assert set(result["strategies"]) == {"all-full", "seed-003", "minify", "defer", "residency"}
+    assert tuple(result["strategies"]) == STRATEGIES
+    assert set(STRATEGIES) == {
+        "all-full",
+        "seed-003",
+        "minify",
+        "defer",
+        "residency",
+        "residency-greedy",
+        "residency-adapter",
+    }
     for figures in result["strategies"].values():
         assert set(figures) >= STRATEGY_KEYS
         assert len(figures["per_turn_tokens"]) == len(trace.turns)
@@ -341,7 +356,9 @@ def test_run_trace_reports_the_bill_per_result_regime_with_a_verdict_per_target(
             "list_changes",
             "ghost_invalid_failed",
             "raw_tool_token_cut",
+            "adapter_cost_vs_defer",
         }
+        assert targets["ghost_invalid_failed"]["target"] == "0, heeding and careless"
         assert targets["list_changes"]["target"] == "<= 5"
         assert all(isinstance(t["ok"], bool) for k, t in targets.items() if k != "openai_cost_vs_all_full")
         assert targets["openai_cost_vs_all_full"]["ok"] is None
@@ -391,8 +408,9 @@ def test_defer_keeps_one_tool_list_and_loads_schemas_through_search(
     assert set(strategy.shown(None)) == {"git_status", "search_tools"}
     assert not any(r.list_changed for r in strategy.prompt.requests)
     assert tally.failed_calls == tally.ghost_calls_forwarded == tally.invalid_calls_forwarded == 0
-    # git_log, git_add and git_commit each came through a search; the pinned git_status did not.
-    assert tally.searches >= 3
+    # git_log, git_add and git_commit came through searches; the pinned git_status did not.
+    assert {"git_log", "git_add", "git_commit"} <= set(strategy._loaded)
+    assert "git_status" not in strategy._loaded and tally.searches >= 2
     assert tally.per_turn_result_tokens[0] > 0 and tally.per_turn_result_tokens[1] == 0
     # A search costs one more request, whose result (the schemas) is then read from the cache.
     assert len(strategy.prompt.requests) == trace.calls + len(trace.turns) + tally.searches
@@ -509,3 +527,90 @@ def test_the_cli_checks_the_cost_targets_on_the_profile_given_at_the_scales_give
         with pytest.raises(SystemExit) as caught:
             cli_main([*args, *bad])
         assert caught.value.code == 2
+
+
+# -- the stable planner, the greedy one and the adapter path -------------------------------------
+
+
+def test_stable_residency_keeps_its_meta_tools_constant_and_sends_tombstones_in_the_transcript(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    strategy = ResidencyStrategy(toolset, _minify(), trace)
+    notices: list[int] = []
+    strategy._notice = lambda lines, base=strategy._notice: (notices.append(len(list(lines))), base(lines))  # type: ignore[method-assign]
+    tally = replay(trace, toolset, strategy)
+    assert max(tally.tombstones_per_turn) >= 1  # the tiny budget tombstones git_log
+    assert sum(notices) >= 1
+    # The list changes only when the planner adds or cuts: never for a tombstone line alone.
+    changes = [r.turn for r in strategy.prompt.requests if r.list_changed]
+    assert len(changes) <= trace.phases_entered + 3
+
+
+def test_greedy_residency_lists_the_tombstones_in_reexpand_tools_description(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    strategy = GreedyStrategy(toolset, _minify(), trace)
+    assert strategy._budget.planner == "greedy" and strategy._budget.idle_turns == 8
+    described: list[str] = []
+    original = strategy._meta_tools
+
+    def meta(plan: Any) -> Any:
+        definitions = original(plan)
+        described.extend(d["description"] for d in definitions if d["name"] == "reexpand_tools")
+        return definitions
+
+    strategy._meta_tools = meta  # type: ignore[method-assign]
+    replay(trace, toolset, strategy)
+    assert any("git_log: " in d for d in described) and len(set(described)) > 1
+
+
+def test_on_a_shipped_trace_stable_residency_changes_its_list_far_less_than_greedy(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace = load_trace(TRACES / "coding.json")
+    toolset = bind(trace, corpus)
+    changes = {}
+    for name in ("residency", "residency-greedy", "residency-adapter"):
+        strategy = make_strategy(name, toolset, trace, minify=_minify(), prune=_prune())
+        tally = replay(trace, toolset, strategy)
+        assert (tally.ghost_calls_forwarded, tally.invalid_calls_forwarded) == (0, 0), name
+        changes[name] = sum(r.list_changed for r in strategy.prompt.requests)
+    assert changes["residency"] <= trace.phases_entered + 3 < changes["residency-greedy"]
+    assert changes["residency-adapter"] == 0
+
+
+@pytest.mark.parametrize("model", ["heeding", "careless"])
+def test_the_adapter_path_keeps_one_block_and_withholds_a_tool_whose_schema_left_the_transcript(
+    model: Any, corpus: dict[str, list[dict[str, Any]]]
+) -> None:
+    raw = _tiny()
+    # The host compacts the transcript past git_log's loaded definition, keeping its call.
+    raw["turns"][4]["evict_calls_before_turn"] = 0
+    raw["turns"].insert(4, {"calls": [_sized(_call("git_status", repo_path=REPO), 60)]})
+    raw["turns"][4]["evict_calls_before_turn"] = 0
+    trace, toolset = _bound(raw, corpus)
+    strategy = AdapterStrategy(toolset, _minify(), trace)
+    # Nothing is loaded at first: every deferred tool is withheld in the session.
+    assert strategy.session.tools(ToolState.RESIDENT) == []
+    tally = replay(trace, toolset, strategy, model=model)
+    assert not any(r.list_changed for r in strategy.prompt.requests)
+    assert (tally.ghost_calls_forwarded, tally.invalid_calls_forwarded, tally.failed_calls) == (0, 0, 0)
+    assert tally.searches >= 1
+    # The block holds the search and re-expand tools only (nothing is pinned).
+    assert strategy.turn_tokens() == strategy._meta_tokens > 0
+
+
+def test_the_adapter_path_prunes_a_tool_when_its_last_reference_is_compacted_away(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    strategy = AdapterStrategy(toolset, _minify(), trace)
+    replay(trace, toolset, strategy)
+    assert strategy.session.state("git_log") is ToolState.RESIDENT
+    assert strategy.visible("git_log") is not None
+    strategy.evict_oldest(1)  # git_log's search result and its first call leave; its last call stays
+    assert strategy.visible("git_log") is None
+    assert strategy.session.state("git_log") is ToolState.TOMBSTONED
+    assert any(line.startswith("git_log:") for line in strategy._pending)  # for the next notice

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from residency import Budget, MemoryStore, ResidencyError, Session
+from residency._core._planner import PLANNERS
 
 NAMES = [f"tool_{i}" for i in range(5)]
 PHASES = {"read": ["tool_1", "tool_2"], "write": ["tool_3"]}
@@ -40,6 +41,9 @@ BUDGETS = st.builds(
     schema_tokens=st.sampled_from([60, 150, 400, 10_000]),
     argument_tokens=st.sampled_from([8, 40, 1_000_000]),
     idle_turns=st.sampled_from([None, 1, 3]),
+    planner=st.sampled_from(PLANNERS),
+    high_water=st.sampled_from([1.0, 1.5, 3.0]),
+    low_water=st.sampled_from([0.4, 1.0]),
 )
 
 

@@ -14,7 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from residency._bench._simulate import STRATEGIES
+from residency._bench._strategies import STRATEGIES
 from residency._core._tools import JSONObject
 from residency._errors import InvalidInput
 
@@ -108,6 +108,7 @@ _TARGET_LABELS = {
     "list_changes": "{value} tool-list changes",
     "ghost_invalid_failed": "{value} ghost+invalid+failed calls",
     "raw_tool_token_cut": "raw tool-token cut {value:.1%}",
+    "adapter_cost_vs_defer": "adapter path {value:.2f}x defer's cost",
 }
 
 

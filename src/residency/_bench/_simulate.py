@@ -1,4 +1,4 @@
-"""The simulated model and the five strategies the session benchmark replays a trace under.
+"""The simulated model, and the strategies the session benchmark compares residency with.
 
 Theory of operation
 -------------------
@@ -35,12 +35,13 @@ per step): the cost model prices it.
 pinned tools, full, plus one search tool); a search returns the full definitions of its top
 ``DEFER_HITS`` hits in its result, in the transcript, and those tools are callable while that
 result is there. It has no tombstones and no refusals.
+
+The residency strategies, and ``make_strategy`` over all of them, are in ``_strategies``.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -49,29 +50,22 @@ import jsonschema
 
 from residency._bench._pricing import Prompt, block_key, call_tokens
 from residency._bench._trace import Toolset, Trace, TraceCall, TraceTurn
-from residency._core._lifecycle import ToolState
-from residency._core._tools import JSONObject, definition_hash
-from residency._errors import CallRefused
-from residency._gateway._aggregate import Catalog, CatalogEntry
-from residency._gateway._meta_tools import (
-    REEXPAND_TOOLS,
-    SEARCH_TOOLS,
-    meta_tool_definitions,
-    reexpand_tools,
-    search_tools,
-)
+from residency._core._tools import JSONObject
+from residency._gateway._meta_tools import SEARCH_TOOLS, meta_tool_definitions
 from residency._gateway._search import search, tokenize
-from residency._session import Session
 from residency._tokens import count_tokens
 
 __all__ = [
     "DEFER_HITS",
-    "STRATEGIES",
+    "SEARCH_LIMIT",
+    "DeferStrategy",
+    "Minifier",
+    "MinifyStrategy",
     "Model",
+    "Seed003Strategy",
     "Strategy",
     "Tally",
     "conform",
-    "make_strategy",
     "model_view",
     "rebuild_from_stale",
     "replay",
@@ -79,8 +73,6 @@ __all__ = [
 
 Model = Literal["heeding", "careless"]
 Minifier = Callable[[JSONObject], JSONObject]
-
-STRATEGIES = ("all-full", "seed-003", "minify", "defer", "residency")
 
 SEARCH_LIMIT = 5
 # A provider's tool search loads the full definitions of its 3 to 5 best hits; the low end.
@@ -378,120 +370,6 @@ class DeferStrategy(Strategy):
         return None
 
 
-class ResidencyStrategy(Strategy):
-    """Minify + ``Session.plan_turn`` + tombstones + meta-tools, through the real Session API.
-
-    The host applies the plan's argument evictions to its transcript (an embedded host), so
-    they break the cached prefix where the evicted arguments were.
-    """
-
-    name = "residency"
-
-    def __init__(self, toolset: Toolset, minify: Minifier, trace: Trace) -> None:
-        super().__init__(toolset)
-        self._budget = trace.budget
-        self.session = Session(
-            minify=lambda tool: model_view(minify(tool)), pinned=trace.pinned, phases=trace.phases
-        )
-        self.session.register_tools(self.definitions.values())
-        self._expanded: dict[str, JSONObject] = {}
-        self._meta_tokens = 0
-        self._server_of = toolset.server_of
-        self._catalog = _catalog(self.definitions, toolset.server_of)
-
-    def upgrade(self, names: Iterable[str]) -> bool:
-        changed = super().upgrade(names)
-        if changed:
-            self.session.register_tools(self.definitions.values())
-            self._catalog = _catalog(self.definitions, self._server_of)
-        return changed
-
-    def evict_oldest(self, n: int) -> None:
-        ids = [str(ref) for ref in self.prompt.compact(n)]
-        if ids:
-            self.session.evict_arguments(*ids)
-
-    def open_turn(self, turn: TraceTurn, phase: str | None, changed: bool) -> None:
-        self._extra = 0
-        self._expanded = {}
-        start = time.perf_counter()
-        plan = self.session.plan_turn(self._budget, phase=phase)
-        self.tally.plan_seconds.append(time.perf_counter() - start)
-        self.prompt.drop_arguments(plan.evictions)
-        self.tally.argument_evictions += len(plan.evictions)
-        self._shown = {t["name"]: t for t in plan.tools}
-        self._shown_tokens = count_tokens(list(plan.tools))
-        meta = [model_view(m) for m in meta_tool_definitions(plan.tombstones)]
-        self._meta_tokens = count_tokens(meta)
-        self._block = block_key([*plan.tools, *meta])
-        self.tally.tombstones_per_turn.append(len(plan.tombstones))
-
-    def turn_tokens(self) -> int:
-        return self._shown_tokens + self._meta_tokens
-
-    def visible(self, tool: str) -> JSONObject | None:
-        if tool in self._expanded:
-            return self._expanded[tool]
-        if self.session.state(tool) is not ToolState.RESIDENT:
-            return None
-        return super().visible(tool)
-
-    def tombstoned(self, tool: str) -> bool:
-        return self.session.state(tool) is ToolState.TOMBSTONED
-
-    def prior(self, tool: str) -> JSONObject | None:
-        for call in reversed(self.session.resident_calls()):
-            if call.tool == tool:
-                return call.arguments
-        return None
-
-    def reexpand(self, tool: str) -> JSONObject | None:
-        result = reexpand_tools(self.session, self._catalog, {"names": [tool]})
-        self._exchange(REEXPAND_TOOLS, {"names": [tool]}, _text_tokens(result))
-        if result.is_error:
-            return None
-        self.tally.reexpansions += 1
-        [definition] = (result.structured_content or {})["tools"]
-        schema: JSONObject = definition.get("inputSchema", {"type": "object"})
-        self._expanded[tool] = schema
-        return schema
-
-    def find(self, tool: str, query: str) -> JSONObject | None:
-        # A model whose first query misses names the system it wants in a second one.
-        for q in (query, f"{query} {' '.join(tokenize(self._server_of[tool]))}"):
-            arguments = {"query": q, "limit": SEARCH_LIMIT}
-            result = search_tools(self.session, self._catalog, arguments)
-            self.tally.searches += 1
-            self._exchange(SEARCH_TOOLS, arguments, _text_tokens(result))
-            if tool in {hit["name"] for hit in (result.structured_content or {}).get("tools", ())}:
-                return self.reexpand(tool)
-        self.tally.search_misses += 1
-        return None
-
-    def submit(self, tool: str, arguments: JSONObject) -> bool:
-        try:
-            self.session.authorize_call(tool, arguments)
-        except CallRefused as refusal:
-            self.tally.refused_calls += 1
-            self._exchange(tool, arguments, count_tokens(str(refusal)))
-            return False
-        self.prompt.request()
-        self._forward(tool, arguments, self.session.record_call(tool, arguments).id)
-        return True
-
-
-def _catalog(definitions: Mapping[str, JSONObject], server_of: Mapping[str, str]) -> Catalog:
-    return Catalog(
-        CatalogEntry(name, server_of[name], name.rsplit(".", 1)[-1], d, definition_hash(d))
-        for name, d in definitions.items()
-    )
-
-
-def _text_tokens(result: Any) -> int:
-    """Tokens of what a meta-tool result shows the model: its text content."""
-    return sum(count_tokens(c.text) for c in result.content if getattr(c, "type", "") == "text")
-
-
 # -- the replay --------------------------------------------------------------------------------
 
 
@@ -543,23 +421,6 @@ def _forwarded(
     if arguments != call.arguments:
         t.stale_calls_forwarded += 1
     s.receive(round((call.result_tokens or 0) * result_scale))
-
-
-def make_strategy(
-    name: str, toolset: Toolset, trace: Trace, *, minify: Minifier, prune: Minifier
-) -> Strategy:
-    """Build one of ``STRATEGIES`` for a trace."""
-    if name == "all-full":
-        return Strategy(toolset)
-    if name == "minify":
-        return MinifyStrategy(toolset, minify)
-    if name == "seed-003":
-        return Seed003Strategy(toolset, prune, trace.phases)
-    if name == "defer":
-        return DeferStrategy(toolset, trace)
-    if name == "residency":
-        return ResidencyStrategy(toolset, minify, trace)
-    raise ValueError(f"unknown strategy {name!r}; known: {STRATEGIES}")
 
 
 def replay(

@@ -1,10 +1,14 @@
 """``residency bench session``: the schema tax, measured over whole agent sessions.
 
-Each trace (``benchmarks/traces/*.json``) is replayed under five strategies with the same
-simulated model (see ``_simulate``): ``all-full`` (every tool, full schema, every turn: the
-baseline), ``seed-003`` (seed 003's pruner plus phase subsetting), ``minify`` (every tool,
-compact level), ``defer`` (a fixed list of pinned tools plus search; schemas arrive in search
-results) and ``residency`` (minify + ``Session.plan_turn`` + tombstones + meta-tools).
+Each trace (``benchmarks/traces/*.json``) is replayed under seven strategies with the same
+simulated model (see ``_simulate`` and ``_strategies``): ``all-full`` (every tool, full schema,
+every turn: the baseline), ``seed-003`` (seed 003's pruner plus phase subsetting), ``minify``
+(every tool, compact level), ``defer`` (a fixed list of pinned tools plus search; schemas
+arrive in search results), ``residency`` (minify + ``Session.plan_turn`` with the stable
+planner + tombstones in results + meta-tools: the gateway's semantics, a tool is callable by
+being listed), ``residency-greedy`` (the same with the planner and listing before the stable
+planner) and ``residency-adapter`` (``residency.adapters.anthropic``: a constant block,
+schemas loaded as ``tool_reference`` blocks in the transcript).
 
 Figures per trace, all measured in the same run:
 
@@ -20,7 +24,8 @@ Figures per trace, all measured in the same run:
   pricing profile and as a ratio to ``all-full``'s, its tool-list changes, raw input tokens
   and peak context. Residency's targets, per regime, on ``--profile`` (default
   ``anthropic-5m``): cost <= 1.0x all-full (aim 0.6x), tool-list changes <= phases entered
-  + 3, no ghost, invalid or failed call, raw tool-token cut >= 85%.
+  + 3, no ghost, invalid or failed call with the heeding and the careless model, raw
+  tool-token cut >= 85%, and the adapter path's cost <= ``defer``'s.
 
 ``python -m residency._bench.session --readme-table RESULTS.json`` prints the README table;
 ``--write benchmarks/README.md`` puts it in the README's generated block.
@@ -53,7 +58,8 @@ from residency._bench._session_report import (
     readme_table,
     write_readme,
 )
-from residency._bench._simulate import STRATEGIES, Minifier, Model, make_strategy, model_view, replay
+from residency._bench._simulate import Minifier, Model, model_view, replay
+from residency._bench._strategies import RESIDENCY_STRATEGIES, STRATEGIES, make_strategy
 from residency._bench._trace import Toolset, Trace, bind, load_corpus, load_trace
 from residency._core._planner import Budget
 from residency._core._tools import JSONObject
@@ -77,7 +83,7 @@ __all__ = [
 
 SUMMARY = (
     "tool tokens, prompt-cache cost, ghost calls and re-expansions over agent sessions, "
-    "five strategies side by side"
+    "seven strategies side by side"
 )
 SMALL_ARGS = ["--quiet"]
 
@@ -253,13 +259,13 @@ def run_trace(
             }
         regimes[regime(scale)] = {"result_scale": scale, "strategies": bills}
     out["cost"] = {"profile": profile, "regimes": regimes}
-    out["targets"] = _targets(out)
     if model == "heeding":
         careless = {}
-        for name in ("seed-003", "residency"):
+        for name in ("seed-003", *RESIDENCY_STRATEGIES):
             strategy = make_strategy(name, toolset, trace, minify=minify, prune=prune)
             careless[name] = replay(trace, toolset, strategy, model="careless", on_turn=on_turn).to_json()
         out["careless_model"] = careless
+    out["targets"] = _targets(out)
     base_tokens = out["strategies"]["all-full"]["total_tokens"]
     for figures in out["strategies"].values():
         figures["reduction_vs_all_full"] = (
@@ -292,16 +298,31 @@ def run_trace(
     return out
 
 
+def _unsafe(figures: Mapping[str, Any]) -> int:
+    return int(
+        figures["ghost_calls_forwarded"] + figures["invalid_calls_forwarded"] + figures["failed_calls"]
+    )
+
+
 def _targets(r: Mapping[str, Any]) -> JSONObject:
-    """Residency's targets of the cost model, per result regime, each with its verdict."""
+    """Residency's targets of the cost model, per result regime, each with its verdict.
+
+    The safety figure counts the heeding model's calls in the regime and the careless model's
+    (replayed once: what the model does never depends on result sizes).
+    """
     profile = r["cost"]["profile"]
     limit = r["phases_entered"] + LIST_CHANGE_SLACK
+    careless = r.get("careless_model", {}).get("residency")
     out: JSONObject = {}
     for key, reg in r["cost"]["regimes"].items():
         res, full = reg["strategies"]["residency"], reg["strategies"]["all-full"]
         ratio = res["cost_vs_all_full"][profile]
-        bad = res["ghost_calls_forwarded"] + res["invalid_calls_forwarded"] + res["failed_calls"]
+        bad = _unsafe(res) + (_unsafe(careless) if careless is not None else 0)
         cut = 1 - res["tool_tokens"] / full["tool_tokens"] if full["tool_tokens"] else 0.0
+        adapter, defer = (
+            reg["strategies"].get("residency-adapter"),
+            reg["strategies"]["defer"]["effective_cost"],
+        )
         out[key] = {
             "cost_vs_all_full": {
                 "value": ratio,
@@ -313,12 +334,23 @@ def _targets(r: Mapping[str, Any]) -> JSONObject:
                 "target": f"<= {limit}",
                 "ok": res["list_changes"] <= limit,
             },
-            "ghost_invalid_failed": {"value": bad, "target": "0", "ok": bad == 0},
+            "ghost_invalid_failed": {"value": bad, "target": "0, heeding and careless", "ok": bad == 0},
             "raw_tool_token_cut": {
                 "value": round(cut, 4),
                 "target": f">= {TARGET_CUT:.0%}",
                 "ok": cut >= TARGET_CUT,
             },
+        }
+        if adapter is not None:
+            vs_defer = (
+                round(adapter["effective_cost"][profile] / defer[profile], 4) if defer[profile] else 0.0
+            )
+            out[key]["adapter_cost_vs_defer"] = {
+                "value": vs_defer,
+                "target": f"<= 1.0, {profile}",
+                "ok": vs_defer <= 1.0,
+            }
+        out[key] |= {
             f"{BESIDE}_cost_vs_all_full": {
                 "value": res["cost_vs_all_full"].get(BESIDE),
                 "target": "",
@@ -354,7 +386,8 @@ def run(args: argparse.Namespace) -> BenchReport:
         raise SystemExit(2) from None
     results: dict[str, JSONObject] = {}
     scales = args.result_scale
-    work = sum(len(t.turns) for t, _ in bound) * (len(STRATEGIES) * len(scales) + 2 + len(args.sweep))
+    careless = 1 + len(RESIDENCY_STRATEGIES) if args.model == "heeding" else 0
+    work = sum(len(t.turns) for t, _ in bound) * (len(STRATEGIES) * len(scales) + careless + len(args.sweep))
     with Progress(console=console, transient=True, disable=args.quiet or work < 400) as progress:
         task = progress.add_task("replaying traces", total=work)
         for trace, toolset in bound:
@@ -415,8 +448,8 @@ def _figures(report: BenchReport, name: str, r: JSONObject) -> None:
     report.add(f"{name}: residency re-expansions", res["reexpansions"], "")
     careless = r.get("careless_model", {}).get("residency")
     if careless is not None:
-        bad = careless["ghost_calls_forwarded"] + careless["invalid_calls_forwarded"]
-        report.add(f"{name}: residency ghost+invalid forwarded, careless model", bad, "", "0", bad == 0)
+        bad = _unsafe(careless)
+        report.add(f"{name}: residency ghost+invalid+failed, careless model", bad, "", "0", bad == 0)
     report.add(f"{name}: seed-003 ghost calls forwarded", s["seed-003"]["ghost_calls_forwarded"], "")
     report.add(f"{name}: seed-003 failed calls", s["seed-003"]["failed_calls"], "")
     p = r["planning"]["planning_cost_ratio"]
@@ -437,6 +470,17 @@ def _figures(report: BenchReport, name: str, r: JSONObject) -> None:
         report.add(
             f"{name} {key}: defer cost / all-full, {profile}", reg["defer"]["cost_vs_all_full"][profile], "x"
         )
+        if "residency-greedy" in reg:
+            report.add(
+                f"{name} {key}: residency-greedy cost / all-full, {profile}",
+                reg["residency-greedy"]["cost_vs_all_full"][profile],
+                "x",
+            )
+        t = targets.get("adapter_cost_vs_defer")
+        if t is not None:
+            report.add(
+                f"{name} {key}: residency-adapter cost / defer's", t["value"], "x", t["target"], t["ok"]
+            )
         t = targets["list_changes"]
         report.add(f"{name} {key}: residency tool-list changes", t["value"], "", t["target"], t["ok"])
 

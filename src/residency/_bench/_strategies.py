@@ -1,0 +1,372 @@
+"""The residency strategies of the session benchmark, and ``make_strategy`` over all seven.
+
+Each drives a real ``Session`` (the compact minifier, the trace's pins and phases), calls
+``plan_turn`` every turn and sends every call through ``authorize_call`` then ``record_call``;
+the host applies the plan's argument evictions to its transcript (an embedded host), so they
+break the cached prefix where the evicted arguments were.
+
+- ``residency``: gateway semantics, a tool is callable by being in the tool list. The stable
+  planner (the default, ``Budget.planner``), the meta-tools with their constant descriptions,
+  and the gateway's own ``search_tools``/``reexpand_tools`` handlers answering the model.
+  Tombstones a plan creates reach the model in one text block appended to the transcript, as
+  the gateway appends them to the result of the call the plan follows.
+- ``residency-greedy``: the same before the stable planner: ``Budget.greedy`` (idle demotion
+  after 8 turns, the smallest list every turn) and the tombstone lines in ``reexpand_tools``'
+  description, so the list changed with them.
+- ``residency-adapter``: what a host does with ``residency.adapters.anthropic``. The tool block
+  never depends on the plan: a tool-search tool, the re-expand tool and the pinned tools, then
+  every other tool with ``defer_loading`` (its definition is not in the prefix: not counted).
+  The model loads a tool by searching (the server-side search returns ``tool_reference``
+  blocks for its ``DEFER_HITS`` best hits, expanded to the minified definitions, in the
+  transcript) or by re-expanding a tool it knows of (a tombstone): one ``tool_reference``. The
+  session mirrors what the model has loaded: deferred tools start withheld, a loaded tool is
+  re-expanded, and when the host's compaction takes a tool's last reference out of the
+  transcript it prunes the tool (tombstoned if its arguments are still there). A schema in the
+  transcript cannot be taken back without editing it, so the host plans with no schema budget
+  and no phase: the planner keeps the argument budget and the tombstones. The block digest
+  covers the pinned tools only: deferred tools are not in the prompt prefix (the provider's
+  documentation), and a loaded definition stays in the transcript as it was loaded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from residency._bench._pricing import block_key
+from residency._bench._simulate import (
+    DEFER_HITS,
+    SEARCH_LIMIT,
+    DeferStrategy,
+    Minifier,
+    MinifyStrategy,
+    Seed003Strategy,
+    Strategy,
+    model_view,
+)
+from residency._bench._trace import Toolset, Trace, TraceTurn
+from residency._core._lifecycle import ToolState
+from residency._core._planner import Budget
+from residency._core._tools import JSONObject, definition_hash
+from residency._errors import CallRefused, IllegalTransition
+from residency._gateway._aggregate import Catalog, CatalogEntry
+from residency._gateway._meta_tools import (
+    REEXPAND_TOOLS,
+    SEARCH_TOOLS,
+    meta_tool_definitions,
+    reexpand_tools,
+    search_tools,
+)
+from residency._gateway._search import search, tokenize
+from residency._session import Session
+from residency._tokens import count_tokens
+from residency._tool_ops import TurnPlan
+from residency.adapters._common import REEXPAND_DESCRIPTION, reexpand_schema
+
+__all__ = [
+    "RESIDENCY_STRATEGIES",
+    "STRATEGIES",
+    "AdapterStrategy",
+    "GreedyStrategy",
+    "ResidencyStrategy",
+    "make_strategy",
+]
+
+RESIDENCY_STRATEGIES = ("residency", "residency-greedy", "residency-adapter")
+STRATEGIES = ("all-full", "seed-003", "minify", "defer", *RESIDENCY_STRATEGIES)
+
+NOTICE = "Withheld now:"  # the first line of the gateway's tombstone notice (``_server``)
+_UNBOUNDED = 1 << 40
+
+
+class ResidencyStrategy(Strategy):
+    """Minify + ``Session.plan_turn`` (stable) + tombstones + meta-tools (gateway semantics)."""
+
+    name = "residency"
+
+    def __init__(
+        self, toolset: Toolset, minify: Minifier, trace: Trace, budget: Budget | None = None
+    ) -> None:
+        super().__init__(toolset)
+        self._budget = budget if budget is not None else trace.budget
+        self.session = Session(
+            minify=lambda tool: model_view(minify(tool)), pinned=trace.pinned, phases=trace.phases
+        )
+        self.session.register_tools(self.definitions.values())
+        self._expanded: dict[str, JSONObject] = {}
+        self._meta_tokens = 0
+        self._server_of = toolset.server_of
+        self._catalog = _catalog(self.definitions, toolset.server_of)
+        self._pending: list[str] = []  # tombstones made between turns, for the next notice
+
+    def upgrade(self, names: Iterable[str]) -> bool:
+        changed = super().upgrade(names)
+        if changed:
+            before = set(self.session.tombstones())
+            self.session.register_tools(self.definitions.values())
+            self._catalog = _catalog(self.definitions, self._server_of)
+            self._pending += [line for line in self.session.tombstones() if line not in before]
+        return changed
+
+    def evict_oldest(self, n: int) -> None:
+        ids = [str(ref) for ref in self.prompt.compact(n)]
+        if ids:
+            self.session.evict_arguments(*ids)
+
+    def open_turn(self, turn: TraceTurn, phase: str | None, changed: bool) -> None:
+        self._extra = 0
+        self._expanded = {}
+        plan = self._plan(phase)
+        self._show(plan)
+        self.tally.tombstones_per_turn.append(len(plan.tombstones))
+
+    def _plan(self, phase: str | None) -> TurnPlan:
+        start = time.perf_counter()
+        plan = self.session.plan_turn(self._budget, phase=phase)
+        self.tally.plan_seconds.append(time.perf_counter() - start)
+        self.prompt.drop_arguments(plan.evictions)
+        self.tally.argument_evictions += len(plan.evictions)
+        self._notice(dict.fromkeys([*self._pending, *plan.new_tombstones]))
+        self._pending = []
+        return plan
+
+    def _notice(self, lines: Iterable[str]) -> None:
+        """Tombstones just created reach the model in the transcript, not in the tool list."""
+        lines = list(lines)
+        if lines:
+            tokens = count_tokens("\n".join([NOTICE, *lines]))
+            self._extra += tokens
+            self.prompt.meta(tokens)
+
+    def _show(self, plan: TurnPlan) -> None:
+        """This turn's tool block: the plan's tools (in the plan's order), then the meta-tools."""
+        self._shown = {t["name"]: t for t in plan.tools}
+        self._shown_tokens = count_tokens(list(plan.tools))
+        meta = [model_view(m) for m in self._meta_tools(plan)]
+        self._meta_tokens = count_tokens(meta)
+        self._block = block_key([*plan.tools, *meta])
+
+    def _meta_tools(self, plan: TurnPlan) -> list[JSONObject]:
+        return meta_tool_definitions()
+
+    def turn_tokens(self) -> int:
+        return self._shown_tokens + self._meta_tokens
+
+    def visible(self, tool: str) -> JSONObject | None:
+        if tool in self._expanded:
+            return self._expanded[tool]
+        if self.session.state(tool) is not ToolState.RESIDENT:
+            return None
+        return super().visible(tool)
+
+    def tombstoned(self, tool: str) -> bool:
+        return self.session.state(tool) is ToolState.TOMBSTONED
+
+    def prior(self, tool: str) -> JSONObject | None:
+        for call in reversed(self.session.resident_calls()):
+            if call.tool == tool:
+                return call.arguments
+        return None
+
+    def reexpand(self, tool: str) -> JSONObject | None:
+        result = reexpand_tools(self.session, self._catalog, {"names": [tool]})
+        self._exchange(REEXPAND_TOOLS, {"names": [tool]}, _text_tokens(result))
+        if result.is_error:
+            return None
+        self.tally.reexpansions += 1
+        [definition] = (result.structured_content or {})["tools"]
+        schema: JSONObject = definition.get("inputSchema", {"type": "object"})
+        self._expanded[tool] = schema
+        return schema
+
+    def find(self, tool: str, query: str) -> JSONObject | None:
+        # A model whose first query misses names the system it wants in a second one.
+        for q in (query, f"{query} {' '.join(tokenize(self._server_of[tool]))}"):
+            arguments = {"query": q, "limit": SEARCH_LIMIT}
+            result = search_tools(self.session, self._catalog, arguments)
+            self.tally.searches += 1
+            self._exchange(SEARCH_TOOLS, arguments, _text_tokens(result))
+            if tool in {hit["name"] for hit in (result.structured_content or {}).get("tools", ())}:
+                return self.reexpand(tool)
+        self.tally.search_misses += 1
+        return None
+
+    def submit(self, tool: str, arguments: JSONObject) -> bool:
+        try:
+            self.session.authorize_call(tool, arguments)
+        except CallRefused as refusal:
+            self.tally.refused_calls += 1
+            self._exchange(tool, arguments, count_tokens(str(refusal)))
+            return False
+        self.prompt.request()
+        self._forward(tool, arguments, self.session.record_call(tool, arguments).id)
+        return True
+
+
+class GreedyStrategy(ResidencyStrategy):
+    """``residency`` before the stable planner: ``Budget.greedy`` and tombstones in the list."""
+
+    name = "residency-greedy"
+
+    def __init__(self, toolset: Toolset, minify: Minifier, trace: Trace) -> None:
+        budget = Budget.greedy(trace.budget.schema_tokens, trace.budget.argument_tokens)
+        super().__init__(toolset, minify, trace, budget)
+
+    def _notice(self, lines: Iterable[str]) -> None:
+        pass  # the tombstones were in the list
+
+    def _meta_tools(self, plan: TurnPlan) -> list[JSONObject]:
+        return listed_with_tombstones(plan.tombstones)
+
+
+def listed_with_tombstones(tombstones: Iterable[str]) -> list[JSONObject]:
+    """The meta-tools as the gateway listed them before: tombstone lines in ``reexpand_tools``'
+    description, so the list changed whenever a tool was withheld."""
+    lines = list(tombstones)
+    definitions = meta_tool_definitions()
+    if lines:
+        for d in definitions:
+            if d["name"] == REEXPAND_TOOLS:
+                d["description"] += (
+                    "\nWithheld tools whose earlier arguments are still in the conversation:\n"
+                )
+                d["description"] += "\n".join(lines)
+    return definitions
+
+
+class AdapterStrategy(ResidencyStrategy):
+    """``residency.adapters.anthropic``: a constant block; schemas load into the transcript."""
+
+    name = "residency-adapter"
+
+    def __init__(self, toolset: Toolset, minify: Minifier, trace: Trace) -> None:
+        super().__init__(toolset, minify, trace, replace(trace.budget, schema_tokens=_UNBOUNDED))
+        self._pinned = frozenset(trace.pinned)
+        # The transcript segments holding a reference to each tool, with the input schema it
+        # expanded to when it was appended (a later upgrade does not rewrite the transcript).
+        self._loaded: dict[str, list[tuple[int, JSONObject]]] = {}
+        # Deferred tools: the model has loaded none of them yet.
+        for name in self.session.tools():
+            if name not in self._pinned:
+                self.session.prune(name)
+        self._search_tool = model_view(meta_tool_definitions()[0])
+        self._reexpand_tool: JSONObject = {
+            "name": REEXPAND_TOOLS,
+            "description": REEXPAND_DESCRIPTION,
+            "inputSchema": reexpand_schema(),
+        }
+
+    def evict_oldest(self, n: int) -> None:
+        super().evict_oldest(n)
+        # A tool whose every reference left the transcript is no longer loaded: the session
+        # withholds it (a tombstone where its arguments are still there), and says so.
+        gone = [
+            name
+            for name, loads in self._loaded.items()
+            if loads and not any(self.prompt.holds(h) for h, _ in loads)
+        ]
+        before = set(self.session.tombstones())
+        for name in gone:
+            self._loaded[name] = []
+            if self.session.state(name) is ToolState.RESIDENT:
+                self.session.prune(name)
+        self._pending += [line for line in self.session.tombstones() if line not in before]
+
+    def open_turn(self, turn: TraceTurn, phase: str | None, changed: bool) -> None:
+        # No phase: restoring phase tools would make callable what the model has not loaded.
+        super().open_turn(turn, None, changed)
+
+    def _show(self, plan: TurnPlan) -> None:
+        session = self.session
+        eager = [session.tool(n).shown for n in session.tools() if n in self._pinned]
+        meta = [self._search_tool, self._reexpand_tool]
+        self._shown = {t["name"]: t for t in eager}
+        self._shown_tokens = count_tokens(eager) if eager else 0
+        self._meta_tokens = count_tokens(meta)
+        # Deferred tools are not in the prompt prefix (the provider's documentation): an
+        # upstream upgrade of one changes no cached byte; what was loaded stays as it was.
+        self._block = block_key([*meta, *eager])
+
+    def visible(self, tool: str) -> JSONObject | None:
+        if tool in self._pinned:
+            return super().visible(tool)
+        if self.session.state(tool) is ToolState.TOMBSTONED:
+            return None  # its tombstone came after the definition: the model goes by it
+        for handle, schema in reversed(self._loaded.get(tool, ())):
+            if self.prompt.holds(handle):
+                return schema
+        return None
+
+    def _load(self, names: Iterable[str], handle: int) -> None:
+        for name in names:
+            schema = self.session.tool(name).shown.get("inputSchema", {"type": "object"})
+            self._loaded.setdefault(name, []).append((handle, schema))
+
+    def reexpand(self, tool: str) -> JSONObject | None:
+        try:
+            self.session.reexpand(tool)
+        except IllegalTransition:  # archived: refused with its tombstone
+            self._exchange(REEXPAND_TOOLS, {"names": [tool]}, count_tokens(self.session.tombstone_text(tool)))
+            return None
+        # One tool_reference block, which the API expands to the listed (minified) definition.
+        handle = self._exchange(REEXPAND_TOOLS, {"names": [tool]}, self.session.tool(tool).tokens)
+        self._load([tool], handle)
+        self.tally.reexpansions += 1
+        return self.visible(tool)
+
+    def find(self, tool: str, query: str) -> JSONObject | None:
+        session = self.session
+        deferred = [session.tool(n).shown for n in session.tools() if n not in self._pinned]
+        for q in (query, f"{query} {' '.join(tokenize(self._server_of[tool]))}"):
+            hits = [h.name for h in search(q, deferred, DEFER_HITS)]
+            self.tally.searches += 1
+            tokens = sum(session.tool(n).tokens for n in hits) if hits else count_tokens("No match.")
+            handle = self._exchange(SEARCH_TOOLS, {"query": q}, tokens)
+            loaded = []
+            for name in hits:  # each loaded tool is a re-expansion (``searched_tools``)
+                if session.state(name) is not ToolState.RESIDENT:
+                    try:
+                        session.reexpand(name)
+                    except IllegalTransition:
+                        continue
+                loaded.append(name)
+            self._load(loaded, handle)
+            if tool in loaded:
+                return self.visible(tool)
+        self.tally.search_misses += 1
+        return None
+
+
+def _catalog(definitions: Mapping[str, JSONObject], server_of: Mapping[str, str]) -> Catalog:
+    return Catalog(
+        CatalogEntry(name, server_of[name], name.rsplit(".", 1)[-1], d, definition_hash(d))
+        for name, d in definitions.items()
+    )
+
+
+def _text_tokens(result: Any) -> int:
+    """Tokens of what a meta-tool result shows the model: its text content."""
+    return sum(count_tokens(c.text) for c in result.content if getattr(c, "type", "") == "text")
+
+
+def make_strategy(
+    name: str, toolset: Toolset, trace: Trace, *, minify: Minifier, prune: Minifier
+) -> Strategy:
+    """Build one of ``STRATEGIES`` for a trace."""
+    if name == "all-full":
+        return Strategy(toolset)
+    if name == "minify":
+        return MinifyStrategy(toolset, minify)
+    if name == "seed-003":
+        return Seed003Strategy(toolset, prune, trace.phases)
+    if name == "defer":
+        return DeferStrategy(toolset, trace)
+    if name == "residency":
+        return ResidencyStrategy(toolset, minify, trace)
+    if name == "residency-greedy":
+        return GreedyStrategy(toolset, minify, trace)
+    if name == "residency-adapter":
+        return AdapterStrategy(toolset, minify, trace)
+    raise ValueError(f"unknown strategy {name!r}; known: {STRATEGIES}")

@@ -1,0 +1,174 @@
+"""The turn planner's rules, one at a time, on ``decide`` itself (pure: standings in, decision out)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from residency import Budget, InvalidInput, ToolState
+from residency._core._planner import HIGH_WATER, LOW_WATER, ResidentCall, ToolStanding, decide
+
+R, T, E = ToolState.RESIDENT, ToolState.TOMBSTONED, ToolState.EVICTED
+
+
+def tool(
+    name: str,
+    tokens: int = 100,
+    *,
+    state: ToolState = R,
+    pinned: bool = False,
+    in_phase: bool = False,
+    last_turn: int = 0,
+    uses: int = 0,
+    resident_calls: int = 0,
+) -> ToolStanding:
+    return ToolStanding(name, state, tokens, pinned, in_phase, last_turn, uses, resident_calls)
+
+
+def used(name: str, last_turn: int, tokens: int = 100, uses: int = 1) -> ToolStanding:
+    """A resident tool the model called (its arguments are in the transcript)."""
+    return tool(name, tokens, last_turn=last_turn, uses=uses, resident_calls=uses)
+
+
+def test_the_stable_planner_is_the_default_with_documented_water_marks() -> None:
+    budget = Budget(1000, 400)
+    assert budget.planner == "stable" and budget.idle_turns is None
+    assert (budget.high_water, budget.low_water) == (HIGH_WATER, LOW_WATER) == (1.5, 1.0)
+    assert (budget.schema_ceiling, budget.schema_floor) == (1500, 1000)
+    assert (budget.argument_ceiling, budget.argument_floor) == (600, 400)
+    greedy = Budget.greedy(1000, 400)
+    assert (greedy.planner, greedy.idle_turns) == ("greedy", 8)
+    assert (greedy.schema_ceiling, greedy.schema_floor, greedy.argument_ceiling) == (1000, 1000, 400)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("planner", "lazy"),
+        ("high_water", 0.9),
+        ("high_water", math.nan),
+        ("high_water", True),
+        ("high_water", "2"),
+        ("low_water", 1.5),
+        ("low_water", -0.1),
+        ("idle_turns", -1),
+    ],
+)
+def test_a_bad_policy_is_invalid_input_naming_the_field(field: str, value: object) -> None:
+    with pytest.raises(InvalidInput) as info:
+        Budget(100, 100, **{field: value})  # type: ignore[arg-type]
+    assert info.value.where == field
+
+
+def test_nothing_leaves_while_the_shown_tools_stay_within_the_margin() -> None:
+    # 1,400 tokens shown against a 1,000-token budget: over it, but not past 1.5x.
+    tools = [used(f"t{i}", last_turn=i) for i in range(14)]
+    decision = decide(Budget(1000, 10_000), tools, [], 0, turn=20)
+    assert decision.prune == () and decision.restore == ()
+    assert decision.schema_tokens == 1400 and decision.steady
+
+
+def test_past_the_margin_one_cut_goes_down_to_the_low_water_mark() -> None:
+    tools = [used(f"t{i:02}", last_turn=i) for i in range(16)]  # 1,600 > 1,500
+    decision = decide(Budget(1000, 10_000, low_water=0.6), tools, [], 0, turn=20)
+    assert decision.schema_tokens == 600
+    # The most recently used stay; the ten oldest leave in this one plan.
+    assert set(decision.resident) == {f"t{i:02}" for i in range(10, 16)}
+    assert set(decision.prune) == {f"t{i:02}" for i in range(10)}
+    assert not decision.steady
+
+
+def test_a_cut_keeps_pinned_then_just_asked_for_then_phase_then_recent_tools() -> None:
+    tools = [
+        tool("pin", 300, pinned=True, last_turn=0),
+        tool("asked", 300, last_turn=9),  # re-expanded in the turn just ended, not called yet
+        tool("phase", 300, in_phase=True, last_turn=0),
+        used("recent", last_turn=8, tokens=300),
+        used("older", last_turn=5, tokens=300),
+        used("oldest", last_turn=1, tokens=300),
+    ]
+    decision = decide(Budget(1000, 10_000), tools, [], 0, turn=10, fresh={"asked"})
+    assert set(decision.resident) == {"pin", "asked", "phase"}
+    decision = decide(Budget(1200, 10_000, high_water=1.2), tools, [], 0, turn=10, fresh={"asked"})
+    assert set(decision.resident) == {"pin", "asked", "phase", "recent"}
+    assert set(decision.prune) == {"older", "oldest"}
+
+
+def test_pinned_tools_stay_through_a_cut_even_past_the_budget() -> None:
+    tools = [tool("pin", 500, pinned=True), used("a", last_turn=3)]
+    decision = decide(Budget(200, 10_000), tools, [], 0, turn=5)
+    assert decision.resident == ("pin",) and decision.prune == ("a",)
+    assert decision.over_budget and not decision.steady
+
+
+def test_a_tool_nobody_asked_for_leaves_at_the_first_cut_even_with_room() -> None:
+    tools = [tool("registered", 50), tool("other", 2000), used("called", last_turn=1)]
+    decision = decide(Budget(1000, 10_000), tools, [], 0, turn=2)
+    assert decision.resident == ("called",)
+    assert set(decision.prune) == {"registered", "other"}
+
+
+def test_no_tool_is_demoted_for_being_idle_unless_idle_turns_is_set() -> None:
+    tools = [used("a", last_turn=1), tool("b", last_turn=0)]
+    quiet = decide(Budget(10_000, 10_000), tools, [], 0, turn=1000)
+    assert quiet.prune == () and quiet.steady and quiet.warm_until is None
+    idle = decide(Budget(10_000, 10_000, idle_turns=3), tools, [], 0, turn=1000)
+    assert set(idle.prune) == {"a", "b"}
+
+
+def test_entering_a_phase_brings_all_its_evicted_tools_back_in_one_plan() -> None:
+    tools = [
+        tool("p1", state=E, in_phase=True),
+        tool("p2", state=E, in_phase=True),
+        tool("p3", state=T, in_phase=True, resident_calls=1),  # tombstoned: re-expanded explicitly
+        used("a", last_turn=3),
+    ]
+    entering = decide(Budget(1000, 10_000), tools, [], 0, turn=5, entered=True)
+    assert entering.restore == ("p1", "p2") and entering.prune == ()
+    # Within the phase, an evicted phase tool is not brought back turn after turn.
+    within = decide(Budget(1000, 10_000), tools, [], 0, turn=6)
+    assert within.restore == () and within.steady
+
+
+def test_a_phase_that_overflows_the_margin_is_restored_and_cut_in_the_same_plan() -> None:
+    phase = [tool(f"p{i}", 300, state=E, in_phase=True) for i in range(4)]
+    tools = [*phase, used("a", last_turn=3, tokens=400)]
+    decision = decide(Budget(1000, 10_000), tools, [], 0, turn=5, entered=True)
+    # 1,600 tokens would be shown: one plan restores what fits under 1,000 and prunes the rest.
+    assert decision.schema_tokens <= 1000
+    assert set(decision.restore) <= {"p0", "p1", "p2", "p3"} and len(decision.restore) == 3
+    assert decision.prune == ("a",)
+
+
+def test_pinned_tools_always_come_back() -> None:
+    tools = [tool("pin", state=E, pinned=True), used("a", last_turn=1)]
+    assert decide(Budget(1000, 10_000), tools, [], 0, turn=3).restore == ("pin",)
+
+
+def test_arguments_stay_until_past_the_margin_then_the_oldest_leave_down_to_the_low_water_mark() -> None:
+    calls = [ResidentCall(f"c{i}", "a", 100) for i in range(14)]
+    tools = [used("a", last_turn=3, uses=14)]
+    within = decide(Budget(1000, 1000), tools, calls, 1400, turn=5)
+    assert within.evict_calls == () and within.argument_tokens == 1400
+    calls.append(ResidentCall("c14", "a", 200))
+    past = decide(Budget(1000, 1000, low_water=0.5), tools, calls, 1600, turn=5)
+    assert past.evict_calls == tuple(f"c{i}" for i in range(11))
+    assert past.argument_tokens == 500
+
+
+def test_a_tombstone_whose_arguments_all_left_is_evicted_in_the_same_plan() -> None:
+    calls = [ResidentCall("c1", "gone", 900), ResidentCall("c2", "a", 100)]
+    tools = [tool("gone", state=T, resident_calls=1, uses=1), used("a", last_turn=3)]
+    decision = decide(Budget(1000, 500), tools, calls, 1000, turn=5)
+    assert decision.evict_calls == ("c1",) and decision.cascade == ("gone",)
+
+
+def test_the_greedy_planner_keeps_to_the_budget_every_turn() -> None:
+    tools = [used(f"t{i}", last_turn=i) for i in range(12)]
+    decision = decide(Budget.greedy(1000, 10_000, idle_turns=None), tools, [], 0, turn=12)
+    assert decision.schema_tokens == 1000 and set(decision.prune) == {"t0", "t1"}
+    calls = [ResidentCall(f"c{i}", "t0", 100) for i in range(11)]
+    assert decide(Budget.greedy(10_000, 1000), tools, calls, 1100, turn=12).evict_calls == ("c0",)
+    # Idle for more than 8 turns: cold, even with room.
+    assert decide(Budget.greedy(10_000, 10_000), tools, [], 0, turn=12).prune == ("t0", "t1", "t2", "t3")
