@@ -29,11 +29,11 @@ READ_ONLY = [
 ]
 
 
-def show(label: str, result: object) -> str:
+def show(label: str, result: object) -> object:
     text = result.content[0].text  # type: ignore[attr-defined]
     status = "refused" if result.is_error else "ok"  # type: ignore[attr-defined]
     print(f"{label}: {status}: {text[:160]}")
-    return str(text)
+    return result
 
 
 async def main() -> None:
@@ -50,10 +50,11 @@ async def main() -> None:
         update = {"incident_id": "INC-7", "severity": "SEV-2", "assignee": {"id": "u-42"}, "notify": True}
         show("update_incident", await use("update_incident", update))
         for name, arguments in READ_ONLY:
-            show(name, await use(name, arguments))
+            result = show(name, await use(name, arguments))
             tools = {t.name: t for t in (await client.list_tools()).tools}
             if "update_incident" not in tools:
-                print("\nreexpand_tools now says:\n" + (tools["reexpand_tools"].description or ""))
+                # The tombstones come with the result of the call that created them.
+                print("\nthat call's result ends with:\n" + result.content[-1].text)  # type: ignore[attr-defined]
                 break
 
         else:

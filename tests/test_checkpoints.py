@@ -26,6 +26,7 @@ from residency import (
     JournalEntry,
     MemoryStore,
     Session,
+    SessionConflict,
     SQLiteStore,
     StoreError,
 )
@@ -431,7 +432,30 @@ def test_load_after_returns_the_tail_with_sequence_numbers(store: Any) -> None:
     assert store.load(SID, after=5) == []
 
 
-def test_another_writer_on_the_same_session_stops_checkpoints(store: Any) -> None:
+def test_another_writer_is_refused_then_caught_up_and_checkpoints_the_journal(store: Any) -> None:
+    first = Session(store, session_id=SID, checkpoint_every=2)
+    second = Session(store, session_id=SID, checkpoint_every=2)
+    first.add_span("one")
+    with pytest.raises(SessionConflict):
+        second.add_span("two")  # checked against a state that misses "one": not applied
+    assert [s.id for s in second.spans()] == ["s1"]  # caught up instead
+    second.add_span("two")
+    second.add_span("three")
+    assert store.load_checkpoint(SID) is not None  # its state is the journal's: it may be saved
+    assert Session(store, session_id=SID).snapshot() == second.snapshot()
+
+
+def test_a_store_that_cannot_refuse_a_second_writer_stops_its_checkpoints() -> None:
+    class Unconditional(MemoryStore):
+        """A store written before ``append(after=...)``: it appends whatever it is given."""
+
+        def append(self, session_id: str, entries: Any) -> int:  # type: ignore[override]
+            return super().append(session_id, entries)
+
+        def append_relaxed(self, session_id: str, entries: Any) -> int:  # type: ignore[override]
+            return super().append(session_id, entries)
+
+    store = Unconditional()
     first = Session(store, session_id=SID, checkpoint_every=2)
     second = Session(store, session_id=SID, checkpoint_every=2)
     first.add_span("one")

@@ -24,9 +24,10 @@ def test_a_demoted_mutation_tool_is_tombstoned_and_its_rebuilt_call_refused() ->
     s = Session()
     s.register_tools(incident_tools())
     recent = ["get_timeline", "get_service_health", "list_deploys", "query_metrics", "search_runbooks"]
-    # Room for update_incident beside the tools used at turns 3-4, not beside all five used at 3-5.
+    # Room for update_incident beside the tools used at turns 3-4, not beside all five used at 3-5;
+    # no margin over the budget (high_water=1.0): the cut comes as soon as the tools pass it.
     tight = sum(s.tool(n).tokens for n in recent) + s.tool("update_incident").tokens - 1
-    budget = Budget(schema_tokens=tight, argument_tokens=ARGS)
+    budget = Budget(schema_tokens=tight, argument_tokens=ARGS, high_water=1.0)
     inc = {"incident_id": "INC-7"}
 
     s.plan_turn(budget)  # turn 1

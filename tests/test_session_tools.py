@@ -192,10 +192,10 @@ def test_phase_tools_are_brought_back_and_ranked_first() -> None:
     assert s.state("read") is ToolState.EVICTED
 
 
-def test_a_re_expanded_tool_outranks_the_phase_until_the_agent_had_a_turn_to_call_it() -> None:
+def test_greedy_a_re_expanded_tool_outranks_the_phase_until_the_agent_had_a_turn_to_call_it() -> None:
     s = Session(phases={"edit": ["write"]})
     s.register_tools(TOOLS)
-    budget = Budget(schema_tokens=s.tool("write").tokens, argument_tokens=0)
+    budget = Budget.greedy(schema_tokens=s.tool("write").tokens, argument_tokens=0)
     s.plan_turn(budget, phase="edit")
     assert s.state("read") is ToolState.EVICTED
     s.reexpand("read")
@@ -269,7 +269,7 @@ def test_a_reopened_session_replays_its_journal() -> None:
     assert Session(store, session_id="b").tools() == []
 
 
-def test_plan_tools_are_the_shown_form_in_registration_order() -> None:
+def test_plan_tools_are_the_shown_form() -> None:
     s = Session(minify=lambda tool: {"name": tool["name"], "inputSchema": tool["inputSchema"]})
     s.register_tools(TOOLS)
     plan = s.plan_turn(Budget(schema_tokens=10_000, argument_tokens=0, idle_turns=None))
@@ -311,3 +311,86 @@ def test_deeply_nested_arguments_are_refused_without_exhausting_the_stack(s: Ses
         s.record_call("write", hostile)
     assert s.resident_calls() == []
     s.authorize_call("write", {"path": "a", "lines": [1, 2]})  # still serving
+
+
+# -- the stable planner, through the session ----------------------------------------------------
+
+
+def _tools(*names: str, words: int = 10) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": n,
+            "description": " ".join([n] * words),
+            "annotations": {"readOnlyHint": True},
+            "inputSchema": {"type": "object", "properties": {"x": {"type": "integer"}}},
+        }
+        for n in names
+    ]
+
+
+def test_a_stable_plan_lists_tools_in_the_order_they_became_resident() -> None:
+    store = MemoryStore()
+    s = Session(store, session_id="order")
+    s.register_tools(_tools("a", "b", "c"))
+    roomy = Budget(10_000, 10_000)
+    assert s.plan_turn(roomy).tool_names == ("a", "b", "c")
+    s.prune("a")
+    assert s.plan_turn(roomy).tool_names == ("b", "c")
+    s.reexpand("a")
+    s.register_tools(_tools("d"))
+    plan = s.plan_turn(roomy)
+    assert plan.tool_names == ("b", "c", "a", "d")  # arrivals at the end, the others in place
+    assert s.resident_tools() == ["b", "c", "a", "d"]
+    s.reexpand("b")  # already resident: it keeps its place
+    assert s.plan_turn(roomy).tool_names == ("b", "c", "a", "d")
+    # The order is read from the journal: a reopened session lists the same.
+    assert Session(store, session_id="order").resident_tools() == ["b", "c", "a", "d"]
+    # The greedy planner lists in registration order, as it always did.
+    assert s.plan_turn(Budget.greedy(10_000, 10_000)).tool_names == ("a", "b", "c", "d")
+
+
+def test_entering_a_phase_adds_all_its_tools_in_one_plan_and_then_the_list_holds() -> None:
+    s = Session(phases={"fix": ["f1", "f2", "f3"]})
+    s.register_tools(_tools("a", "f1", "f2", "f3", "z"))
+    each = max(s.tool(n).tokens for n in s.tools())
+    budget = Budget(each * 3, 10_000)
+    s.admit_call("a", {"x": 1})
+    first = s.plan_turn(budget)  # five tools are past 1.5x three: only the called one stays
+    assert first.tool_names == ("a",)
+    entering = s.plan_turn(budget, phase="fix")
+    assert entering.tool_names == ("a", "f1", "f2", "f3")
+    assert [e.kind for e in entering.events] == [EventKind.REEXPANDED] * 3
+    lists = {s.plan_turn(budget, phase="fix").tool_names for _ in range(20)}
+    assert lists == {entering.tool_names}
+
+
+def test_no_tool_leaves_for_being_idle_unless_idle_turns_is_set(s: Session) -> None:
+    s.record_call("write", {"path": "a"})
+    roomy = Budget(10_000, 10_000)
+    plans = [s.plan_turn(roomy) for _ in range(50)]
+    assert {p.tool_names for p in plans} == {("read", "write")}
+    assert all(p.events == () for p in plans)
+    s.plan_turn(Budget(10_000, 10_000, idle_turns=3))
+    assert s.state("write") is ToolState.TOMBSTONED and s.state("read") is ToolState.EVICTED
+
+
+def test_a_plan_gives_the_tombstones_it_created_for_the_host_to_show_once() -> None:
+    s = Session()
+    s.register_tools(_tools("old", "a", "b", "c", "d"))
+    each = max(s.tool(n).tokens for n in s.tools())
+    budget = Budget(each * 2, 10_000)
+    s.admit_call("old", {"x": 1})
+    assert s.plan_turn(budget).tool_names == ("old",)
+    for name in ("a", "b"):
+        s.reexpand(name)
+        s.admit_call(name, {"x": 2})
+        plan = s.plan_turn(budget)
+        assert plan.new_tombstones == ()
+    s.reexpand("c")  # four shown: past 1.5x two, cut down to two
+    s.admit_call("c", {"x": 3})
+    plan = s.plan_turn(budget)
+    assert plan.tool_names == ("b", "c")
+    assert plan.new_tombstones == (s.tombstone_text("a"), s.tombstone_text("old"))
+    assert plan.tombstones == plan.new_tombstones
+    later = s.plan_turn(budget)
+    assert later.new_tombstones == () and later.tombstones == plan.tombstones

@@ -252,7 +252,7 @@ def test_open_store_understands_memory_and_sqlite_urls(
     monkeypatch.chdir(tmp_path)
     relative = open_store("sqlite:///rel.db")
     assert isinstance(relative, SQLiteStore) and (tmp_path / "rel.db").exists()
-    for bad in ("postgres://db", "sqlite:///", "residency.db", ""):
+    for bad in ("mysql://db", "sqlite:///", "residency.db", ""):
         with pytest.raises(ConfigError):
             open_store(bad)
 

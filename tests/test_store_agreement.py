@@ -1,8 +1,9 @@
-"""Store agreement: the same random sessions on MemoryStore and SQLiteStore, step by step.
+"""Store agreement: the same random sessions on MemoryStore and SQLiteStore (and PostgresStore,
+with ``RESIDENCY_PG_URL``), step by step.
 
 Each rule runs on both sessions; both must answer alike (the same result or the same error
 type) and end in equal snapshots. A plain model of the span lifecycle checks the span states.
-The crash rule kills the SQLite side mid-transaction (mid-append, and optionally mid-checkpoint)
+The crash rule kills the durable side mid-transaction (mid-append, and optionally mid-checkpoint)
 and reopens it from the file: the recovered session must equal the in-memory one, which is
 reopened from its own store too. Both sides save a checkpoint every few entries (and on the
 checkpoint rule), so reopens restore a checkpoint and replay its tail; a checkpoint that exists
@@ -35,6 +36,8 @@ from residency import (
     UnrecoverablePruneError,
     WindowItemKind,
 )
+
+from .postgres import drop_schema, new_schema, pg_url, with_params
 
 R, X, E = SpanState.RESIDENT, SpanState.EXTERNALIZED, SpanState.EVICTED
 NAMES = [f"tool_{i}" for i in range(4)]
@@ -95,10 +98,14 @@ class StoreAgreement(RuleBasedStateMachine):
         self.mem_clock, self.sql_clock = Tick(), Tick()
         self.mem_store = MemoryStore()
         self.mem = Session(self.mem_store, session_id=SESSION, clock=self.mem_clock, checkpoint_every=EVERY)
-        self.sql_store = SQLiteStore(self.path)
+        self.sql_store = self.open_durable()
         self.sql = Session(self.sql_store, session_id=SESSION, clock=self.sql_clock, checkpoint_every=EVERY)
         self.spans: dict[str, ModelSpan] = {}
         self.registered: set[str] = set()
+
+    def open_durable(self) -> Any:
+        """The store compared with the in-memory one (opened again after each crash)."""
+        return SQLiteStore(self.path)
 
     def both(self, op: Callable[[Session], Any]) -> tuple[str, Any]:
         outcomes = []
@@ -228,14 +235,8 @@ class StoreAgreement(RuleBasedStateMachine):
             saved = store.load_checkpoint(SESSION)
             assert (saved[0] if saved else 0) == seq
 
-    @rule(rows=st.integers(1, 3), torn_checkpoint=st.booleans())
-    def crash_and_reopen(self, rows: int, torn_checkpoint: bool) -> None:
-        """The SQLite side dies in the middle of a batch: its connection goes without commit.
-
-        With ``torn_checkpoint`` it dies while replacing its checkpoint too: the previous
-        checkpoint must survive whole and be the one the reopen restores.
-        """
-        saved = self.sql_store.load_checkpoint(SESSION)
+    def die_mid_transaction(self, rows: int, torn_checkpoint: bool) -> None:
+        """The durable side's writer dies with ``rows`` entries (and a checkpoint) uncommitted."""
         conn = self.sql_store._conn
         assert conn is not None
         (last,) = conn.execute(
@@ -254,8 +255,18 @@ class StoreAgreement(RuleBasedStateMachine):
             )
         conn.close()  # no COMMIT: the half-written batch must vanish
         self.sql_store._conn = None
+
+    @rule(rows=st.integers(1, 3), torn_checkpoint=st.booleans())
+    def crash_and_reopen(self, rows: int, torn_checkpoint: bool) -> None:
+        """The durable side dies in the middle of a batch: its connection goes without commit.
+
+        With ``torn_checkpoint`` it dies while replacing its checkpoint too: the previous
+        checkpoint must survive whole and be the one the reopen restores.
+        """
+        saved = self.sql_store.load_checkpoint(SESSION)
+        self.die_mid_transaction(rows, torn_checkpoint)
         del self.sql
-        self.sql_store = SQLiteStore(self.path)
+        self.sql_store = self.open_durable()
         self.sql = Session(self.sql_store, session_id=SESSION, clock=self.sql_clock, checkpoint_every=EVERY)
         assert self.sql_store.load_checkpoint(SESSION) == saved
         assert self.sql._restored_seq == (saved[0] if saved else 0)
@@ -316,4 +327,64 @@ def test_an_illegal_span_trigger_changes_nothing_on_either_store(tmp_path: Path)
 TestStoreAgreement = StoreAgreement.TestCase
 TestStoreAgreement.settings = settings(
     max_examples=60, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+class PostgresAgreement(StoreAgreement):
+    """The same rules with PostgreSQL as the durable side, one schema per example.
+
+    The crash is a writer that dies (its connection closed) with rows and a torn checkpoint
+    uncommitted, then the store is reopened by a fresh pool. Commits are asynchronous here
+    (``synchronous_commit=off``): the server never crashes in this test, and it keeps it quick.
+    """
+
+    def open_durable(self) -> Any:
+        if not hasattr(self, "pg_schema"):
+            self.pg_base = pg_url()
+            self.pg_schema = new_schema()
+            self.pg_url = with_params(
+                self.pg_base, schema=self.pg_schema, options="-c synchronous_commit=off"
+            )
+        from residency._store._postgres import PostgresStore
+
+        return PostgresStore(self.pg_url)
+
+    def die_mid_transaction(self, rows: int, torn_checkpoint: bool) -> None:
+        import psycopg
+        from psycopg import sql
+
+        s = sql.Identifier(self.pg_schema)
+        conn = psycopg.connect(self.pg_base)  # a transaction of its own, never committed
+        (last,) = conn.execute(
+            sql.SQL("SELECT COALESCE(MAX(seq), 0) FROM {}.journal WHERE session_id = %s").format(s),
+            (SESSION,),
+        ).fetchone()
+        with conn.cursor() as cur:
+            cur.executemany(
+                sql.SQL(
+                    "INSERT INTO {}.journal (session_id, seq, op, data, at) "
+                    "VALUES (%s, %s, 'span_add', '{{}}', 0)"
+                ).format(s),
+                [(SESSION, last + i) for i in range(1, rows + 1)],
+            )
+        if torn_checkpoint:
+            conn.execute(sql.SQL("DELETE FROM {}.checkpoints WHERE session_id = %s").format(s), (SESSION,))
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.checkpoints (session_id, part, seq, bytes) VALUES (%s, 0, %s, '\\x00')"
+                ).format(s),
+                (SESSION, last + rows),
+            )
+        conn.close()  # no COMMIT: the half-written batch must vanish
+        self.sql_store.close()
+
+    def teardown(self) -> None:
+        super().teardown()
+        if hasattr(self, "pg_schema"):
+            drop_schema(self.pg_base, self.pg_schema)
+
+
+TestPostgresAgreement = PostgresAgreement.TestCase
+TestPostgresAgreement.settings = settings(
+    max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

@@ -22,6 +22,7 @@ from residency._errors import (
     ArgumentsInvalid,
     CallRefused,
     ChainCollision,
+    ConcurrentUse,
     ConfigError,
     GhostToolError,
     IllegalTransition,
@@ -30,16 +31,20 @@ from residency._errors import (
     NotFound,
     ResidencyError,
     SchemaError,
+    SessionConflict,
+    StoreConflict,
     StoreError,
     ToolArchived,
     ToolNotResident,
     UnrecoverablePruneError,
     UnverifiedSummary,
 )
+from residency._search import SearchHit
 from residency._session import Session
+from residency._store import open_store
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Clock, JournalEntry, Store, SystemClock
-from residency._store._sqlite import SQLiteStore, open_store
+from residency._store._sqlite import SQLiteStore
 from residency._tokens import count_tokens, tokenizer_name
 from residency._tool_ops import TurnPlan
 
@@ -54,6 +59,7 @@ __all__ = (
     "ChainRecord",
     "ChainVerdict",
     "Clock",
+    "ConcurrentUse",
     "ConfigError",
     "Event",
     "EventKind",
@@ -68,14 +74,18 @@ __all__ = (
     "MinifyReport",
     "NotFound",
     "PRECONDITION_TAGS",
+    "PostgresStore",
     "ResidencyError",
     "SPAN_LIFECYCLE",
     "SQLiteStore",
     "SchemaError",
+    "SearchHit",
     "Session",
+    "SessionConflict",
     "SpanRecord",
     "SpanState",
     "Store",
+    "StoreConflict",
     "StoreError",
     "SystemClock",
     "TOOL_LIFECYCLE",
@@ -98,3 +108,12 @@ __all__ = (
     "open_store",
     "tokenizer_name",
 )
+
+
+def __getattr__(name: str) -> object:
+    # PostgresStore needs psycopg (the ``postgres`` extra): imported when first asked for.
+    if name == "PostgresStore":
+        from residency._store._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module 'residency' has no attribute {name!r}")

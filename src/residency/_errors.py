@@ -1,7 +1,10 @@
 """Every error residency raises, in one tree.
 
 Catch ``ResidencyError`` to catch them all. Each error names what to do next; none of them is
-raised after a partial change: an operation that raises has changed nothing.
+raised after a partial change: an operation that raises has changed nothing. One kind of change
+is kept on purpose: a refused call (``CallRefused``, from ``authorize_call`` or ``admit_call``)
+is journaled as a ``refused`` event, so the journal stays the audit trail of what the agent
+tried. That event changes no tool, argument or span state, and no ``revision``.
 
     ResidencyError
     ├── IllegalTransition                 a lifecycle trigger not allowed from the current state
@@ -13,12 +16,15 @@ raised after a partial change: an operation that raises has changed nothing.
     │   ├── ToolArchived                  the tool left the active index with an abandoned chain
     │   ├── ArgumentsInvalid              arguments fail the full (pinned) schema
     │   └── ChainCollision                the call would complete an archived fatal chain prefix
+    ├── SessionConflict                   another writer changed the session first: not applied, retry
+    ├── ConcurrentUse (+ RuntimeError)    a second thread used a Session while an operation ran
     ├── NotFound (+ LookupError)          an unknown tool, call, span or chain id
     ├── InvalidInput (+ ValueError)       a malformed tool definition, budget, constraint or argument
     │   ├── SchemaError                   a tool schema that cannot be processed (unresolvable $ref, ...)
     │   └── ConfigError                   a malformed configuration file
     └── StoreError                        the store cannot be opened or read (broken, foreign or corrupt)
-        └── IntegrityError                stored content does not match its hash
+        ├── IntegrityError                stored content does not match its hash
+        └── StoreConflict                 an append was based on a journal entry that is no longer the last
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ __all__ = [
     "ArgumentsInvalid",
     "CallRefused",
     "ChainCollision",
+    "ConcurrentUse",
     "ConfigError",
     "GhostToolError",
     "IllegalTransition",
@@ -35,6 +42,8 @@ __all__ = [
     "NotFound",
     "ResidencyError",
     "SchemaError",
+    "SessionConflict",
+    "StoreConflict",
     "StoreError",
     "ToolArchived",
     "ToolNotResident",
@@ -147,6 +156,35 @@ class ChainCollision(CallRefused):
         self.expected_failure = expected_failure
 
 
+class SessionConflict(ResidencyError):
+    """Raised when another writer appended to the session's journal since this object last did.
+
+    Two ``Session`` objects (in one process or several, e.g. two gateways given one session
+    key) journal to the same session. The operation was checked against a state that is no
+    longer the journal's last one, so it was **not** applied and nothing was written; the
+    session has since caught up (applied the other writer's entries). Retry the operation: it
+    is checked again against the new state, and may now be refused for a reason it was not
+    before. ``session_id`` names the session. Unlike ``StoreConflict`` (what the store raises),
+    this is what a ``Session`` raises; unlike ``ConcurrentUse``, the writers are separate
+    objects and both are used correctly.
+    """
+
+    def __init__(self, message: str, *, session_id: str = "") -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class ConcurrentUse(ResidencyError, RuntimeError):
+    """Raised when a thread calls a ``Session`` operation while another thread's is running.
+
+    A ``Session`` is driven by one thread (or task) at a time. A second operation that changes
+    the session, entered while one runs in another thread, is refused at once instead of
+    interleaving with it (which would corrupt the journal): nothing is changed. Serialize the
+    callers (one lock per session), or give each thread its own session. Unlike
+    ``SessionConflict``, this is a misuse of one object, not two writers.
+    """
+
+
 class NotFound(ResidencyError, LookupError):
     """Raised for an unknown tool name, call id, span id or chain digest. Nothing changes."""
 
@@ -176,3 +214,19 @@ class StoreError(ResidencyError):
 
 class IntegrityError(StoreError):
     """Raised when stored content no longer matches its content address (sha256)."""
+
+
+class StoreConflict(StoreError):
+    """Raised by ``Store.append`` when ``after`` is not the last entry of the session's journal.
+
+    Another writer appended to the session since the caller last read it; nothing was
+    appended. ``session_id`` names the session, ``after`` the entry the caller had applied and
+    ``last`` the journal's actual last entry. ``Session`` turns it into ``SessionConflict``;
+    only code that calls a store directly sees it.
+    """
+
+    def __init__(self, message: str, *, session_id: str = "", after: int = 0, last: int = 0) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.after = after
+        self.last = last

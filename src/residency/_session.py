@@ -3,10 +3,73 @@
 from __future__ import annotations
 
 from residency._chain_ops import ChainOps
+from residency._errors import StoreError
+from residency._invariants import chain_problem, span_problem, tool_problem
+from residency._session_base import exclusive
 from residency._span_ops import SpanOps
 from residency._tool_ops import ToolOps
 
 __all__ = ["Session"]
+
+CHANGES = (
+    "add_span",
+    "admit_call",
+    "archive",
+    "archive_chain",
+    "authorize_call",
+    "checkpoint",
+    "evict",
+    "evict_arguments",
+    "evict_span",
+    "externalize",
+    "mark_shared",
+    "plan_turn",
+    "prune",
+    "readmit",
+    "record_call",
+    "reexpand",
+    "register_tools",
+    "reground",
+    "restore",
+    "revoke_pending",
+    "summarize",
+    "tombstone",
+)
+"""Public methods that may write to the journal or the store: they hold the concurrent-use guard."""
+
+READS = (
+    "archive_digest",
+    "arguments_resident",
+    "call",
+    "chain",
+    "chain_rules",
+    "chains",
+    "check_chain",
+    "cold_copy",
+    "events",
+    "externalized_copy",
+    "is_pinned",
+    "is_shared",
+    "may_justify",
+    "pending_revocations",
+    "require_verified",
+    "resident_calls",
+    "resident_tools",
+    "revocations",
+    "search",
+    "snapshot",
+    "span",
+    "span_state",
+    "spans",
+    "state",
+    "tombstone_text",
+    "tombstones",
+    "tool",
+    "tools",
+    "unresolved_provenance",
+    "window",
+)
+"""Public methods that only read (the tests check that every public method is in one list)."""
 
 
 class Session(ChainOps, ToolOps, SpanOps):
@@ -41,5 +104,28 @@ class Session(ChainOps, ToolOps, SpanOps):
         checkpoint_every: save a checkpoint of the state every this many journal entries, so a
             reopen replays at most that many (default 5,000; 0: only on ``checkpoint()``).
 
-    A Session is not thread-safe: drive it from one thread or task at a time.
+    Raises:
+        InvalidInput: a parameter of the wrong kind (``where`` names it): e.g. a store that is
+            not a ``Store``, ``pinned`` or ``phases`` that are not lists of tool names, a
+            ``minify`` or ``revoke`` that cannot be called. Nothing is written.
+        NotFound: ``resume=True`` and the store holds no such session.
+        StoreError: the store cannot be read, or the session's journal is malformed.
+
+    A Session is driven by one thread or task at a time. An operation that changes it, called
+    from a second thread while one runs, raises ``ConcurrentUse`` and changes nothing (reads
+    are not guarded). Several Session objects may share one session id in one store (several
+    processes, or gateways given one session key): a write based on a state another writer has
+    changed raises ``SessionConflict`` and is not applied; the session has caught up, and the
+    operation may be retried.
     """
+
+    def _check_state(self) -> None:
+        super()._check_state()
+        problem = tool_problem(self) or span_problem(self) or chain_problem(self)
+        if problem is not None:
+            raise StoreError(f"breaks an invariant: {problem}")
+
+
+for _name in CHANGES:
+    setattr(Session, _name, exclusive(getattr(Session, _name)))
+del _name

@@ -21,24 +21,58 @@ every attribute ``_init_state`` creates (the *layout*), minus the caches a mixin
 saving them). A checkpoint is derived data: if it is missing, of another version or layout,
 damaged, refused by the decoder (see ``_store/_checkpoint.py`` for the trust model), or
 disagrees with the journal after it, the session replays its whole journal instead, so opening
-from a checkpoint never fails where a replay would succeed, and gives the same state.
+from a checkpoint never fails where a replay would succeed, and gives the same state. A restored
+checkpoint must also pass the session's invariants (``_check_state``: no ghost tool, counts that
+agree with the records they count, ids with no gaps, ...): a forged but well-formed checkpoint
+that describes a state no journal can lead to is not used either.
+
+Stored data
+-----------
+An entry read from the store that this version cannot apply (a missing key, a wrong type)
+raises ``StoreError`` naming the entry, never a raw ``KeyError``: ``_replay`` translates it.
+
+Two writers, two threads
+------------------------
+Each commit tells the store which entry it follows (``append(..., after=seq)``); if another
+writer (another ``Session`` object on the same store and id, in this process or another)
+appended first, the store refuses with ``StoreConflict``, the session catches up (applies the
+other writer's entries) and raises ``SessionConflict``: the operation was checked against a
+state that is gone, so it is not applied, and the caller may retry it. The journal never forks,
+and ids (``c<n>``, ``s<n>``) are always counted from the caught-up state, so none is issued
+twice. A store whose ``append`` takes no ``after`` cannot refuse; the session then only notices
+afterwards (``_sole_writer``) and stops saving checkpoints.
+
+One object used from two threads at once is a different fault: every operation that changes the
+session holds a non-blocking guard (``exclusive``), and a second thread that enters while one
+runs gets ``ConcurrentUse`` at once, with nothing changed.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
+import inspect
 import logging
+import threading
 import uuid
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from residency._core._events import Event, EventKind
-from residency._errors import ConfigError, InvalidInput, NotFound, StoreError
+from residency._errors import (
+    ConcurrentUse,
+    ConfigError,
+    InvalidInput,
+    NotFound,
+    SessionConflict,
+    StoreConflict,
+    StoreError,
+)
 from residency._store._checkpoint import columns, decode_checkpoint, encode_checkpoint, from_columns
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Clock, JournalEntry, Store, SystemClock
 
-__all__ = ["DEFAULT_CHECKPOINT_EVERY", "SessionBase"]
+__all__ = ["DEFAULT_CHECKPOINT_EVERY", "SessionBase", "exclusive"]
 
 DEFAULT_CHECKPOINT_EVERY = 5_000
 """Journal entries between automatic checkpoints: reopening replays at most this many."""
@@ -52,6 +86,45 @@ _QUIET_OPS = frozenset({"call", "turn", "refuse"})
 def new_session_id() -> str:
     """A fresh, unique session id (``session-`` and 16 hex digits)."""
     return f"session-{uuid.uuid4().hex[:16]}"
+
+
+_STORE_METHODS = ("append", "load", "put_content", "get_content")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+B = TypeVar("B", bound="SessionBase")
+
+
+def exclusive(method: Callable[Concatenate[B, P], R]) -> Callable[Concatenate[B, P], R]:
+    """Run ``method`` holding the session's concurrent-use guard (see the module docs).
+
+    The guard is re-entrant for the thread that holds it (an operation may call another, or a
+    callback of it may), and refuses every other thread with ``ConcurrentUse``.
+    """
+
+    @functools.wraps(method)
+    def guarded(self: B, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        claimed = self._claim()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            if claimed:
+                self._release()
+
+    return guarded
+
+
+def _takes_after(append: Callable[..., Any]) -> bool:
+    """Whether a store's append accepts ``after=`` (stores written before it existed do not)."""
+    try:
+        parameters = inspect.signature(append).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == "after" and p.kind is not inspect.Parameter.POSITIONAL_ONLY)
+        for p in parameters
+    )
 
 
 class SessionBase:
@@ -76,6 +149,18 @@ class SessionBase:
             session_id = new_session_id()
         if not isinstance(session_id, str) or not session_id:
             raise InvalidInput("session_id must be a non-empty string", where="session_id")
+        if store is not None and not all(callable(getattr(store, m, None)) for m in _STORE_METHODS):
+            hint = " (a URL? open it with residency.open_store(url))" if isinstance(store, str) else ""
+            raise InvalidInput(
+                f"store must be a Store such as MemoryStore() or SQLiteStore(path), "
+                f"not {type(store).__name__}{hint}",
+                where="store",
+            )
+        if clock is not None and not callable(getattr(clock, "now", None)):
+            raise InvalidInput(
+                f"clock must have a now() method returning seconds, not {type(clock).__name__}",
+                where="clock",
+            )
         if (
             isinstance(checkpoint_every, bool)
             or not isinstance(checkpoint_every, int)
@@ -100,8 +185,13 @@ class SessionBase:
         self._restored_seq = 0  # the checkpoint this session was opened from (0: a full replay)
         self._next_checkpoint = checkpoint_every  # the entry after which one is saved automatically
         self._sole_writer = True  # False once another writer appended to this session
+        self._broken: str | None = None  # why the state can no longer follow the journal
+        self._busy = threading.Lock()  # the concurrent-use guard (see ``exclusive``)
+        self._owner: int | None = None  # the thread holding it
         relaxed = getattr(self._store, "append_relaxed", None)
         self._append_relaxed = relaxed if callable(relaxed) else self._store.append
+        # Conditional appends need both paths to take ``after``; otherwise fall back to noticing.
+        self._conditional = _takes_after(self._store.append) and _takes_after(self._append_relaxed)
         self._keeps_checkpoints = callable(getattr(self._store, "save_checkpoint", None)) and callable(
             getattr(self._store, "load_checkpoint", None)
         )
@@ -140,10 +230,42 @@ class SessionBase:
             else:
                 self._seq = (tail[-1].seq or restored + len(tail)) if tail else restored
                 return
-        entries = self._store.load(self._session_id)
+        self._seq = self._replay(self._store.load(self._session_id), 0)
+        try:
+            self._check_state()
+        except Exception as exc:
+            # The journal is the source of truth: it is reported, not refused (refusing would
+            # lock the session out for good). Only a damaged or forged journal gets here.
+            logger.warning("session %r: the journal leads to a state that %s", self._session_id, exc)
+
+    def _replay(self, entries: Iterable[JournalEntry], seq: int) -> int:
+        """Apply stored entries following entry ``seq``; the seq of the last one applied.
+
+        Raises:
+            StoreError: an entry this version cannot apply (unknown operation, missing key,
+                wrong type); it names the entry.
+        """
         for entry in entries:
-            self._apply(entry)
-        self._seq = (entries[-1].seq or len(entries)) if entries else 0
+            seq = entry.seq or seq + 1
+            try:
+                self._apply(entry)
+            except StoreError:
+                raise
+            except Exception as exc:  # stored data that does not fit: whatever applying raised
+                raise StoreError(
+                    f"session {self._session_id!r}: journal entry {seq} ({entry.op!r}) is malformed "
+                    f"({type(exc).__name__}: {exc}); the store is damaged: restore it from a backup"
+                ) from None
+        return seq
+
+    def _check_state(self) -> None:
+        """Check the state's invariants; raise ``StoreError`` naming the first one broken.
+
+        Parts override it (calling ``super()``). Run after every open: a restored checkpoint
+        that fails it is not used.
+        """
+        if isinstance(self._turn, bool) or not isinstance(self._turn, int) or self._turn < 0:
+            raise StoreError(f"turn {self._turn!r} is not a turn number")
 
     # -- state -------------------------------------------------------------------------------
 
@@ -192,16 +314,60 @@ class SessionBase:
 
     # -- journal -----------------------------------------------------------------------------
 
+    def _claim(self) -> bool:
+        """Take the concurrent-use guard for this thread; False if it already holds it."""
+        me = threading.get_ident()
+        if self._owner == me:
+            return False
+        if not self._busy.acquire(blocking=False):
+            raise ConcurrentUse(
+                f"session {self._session_id!r} is in use by another thread; a Session is driven by "
+                f"one thread at a time: serialize its callers, or give each thread its own session"
+            )
+        self._owner = me
+        return True
+
+    def _release(self) -> None:
+        self._owner = None
+        self._busy.release()
+
     def _commit(self, *items: tuple[str, Mapping[str, Any]], relaxed: bool = False) -> None:
         """Write ``(op, data)`` items ahead to the journal, then apply them.
 
         ``relaxed``: the items may be lost on a power loss until the next commit (see the Store
         protocol); only for items whose loss leaves a more cautious state.
+
+        Raises:
+            SessionConflict: another writer appended first; nothing was written, the session
+                has caught up.
+            ConcurrentUse: another thread is inside an operation of this session.
         """
+        claimed = self._claim()
+        try:
+            self._commit_held(items, relaxed)
+        finally:
+            if claimed:
+                self._release()
+
+    def _commit_held(self, items: tuple[tuple[str, Mapping[str, Any]], ...], relaxed: bool) -> None:
+        if self._broken is not None:
+            raise StoreError(f"session {self._session_id!r}: {self._broken}; reopen the session")
         at = self._clock.now()
         entries = [JournalEntry(op, data, at) for op, data in items]
         append = self._append_relaxed if relaxed else self._store.append
-        last = append(self._session_id, entries)
+        if self._conditional:
+            try:
+                last = append(self._session_id, entries, after=self._seq)
+            except StoreConflict:
+                self._catch_up()
+                raise SessionConflict(
+                    f"session {self._session_id!r}: another writer changed this session first, so "
+                    f"the operation was not applied (nothing was written). The session now holds the "
+                    f"new state: retry the operation",
+                    session_id=self._session_id,
+                ) from None
+        else:
+            last = append(self._session_id, entries)
         expected = self._seq + len(entries)
         if isinstance(last, int) and last != expected:
             # Someone else appended to this session's journal: this object's state no longer
@@ -224,6 +390,18 @@ class SessionBase:
                     exc,
                 )
                 self._next_checkpoint = self._seq + every
+
+    def _catch_up(self) -> None:
+        """Apply the entries other writers appended after this session's last one."""
+        tail = self._store.load(self._session_id, self._seq)
+        try:
+            self._seq = self._replay(tail, self._seq)
+        except BaseException as exc:
+            # Possibly applied in part: this object no longer describes a journal prefix.
+            self._broken = f"catching up with another writer failed ({type(exc).__name__}: {exc})"
+            raise
+        # What the session shows may have changed (drops view caches and steady-plan shortcuts).
+        self._revision += 1
 
     def _apply(self, entry: JournalEntry) -> None:
         handler = getattr(self, f"_apply_{entry.op}", None)
@@ -294,6 +472,9 @@ class SessionBase:
                     )
             for name, value in state.items():
                 setattr(self, name, value)
+            # Well-formed is not enough: a forged blob could describe a state no journal leads
+            # to (a ghost tool, counts that disagree with the records they count).
+            self._check_state()
         except Exception as exc:  # a damaged or forged checkpoint: whatever decoding raised
             logger.warning(
                 "session %r: checkpoint at entry %d not used (%s: %s); replaying the whole journal",

@@ -32,7 +32,15 @@ from residency._core._tools import (
     is_mutation,
     parse_tool,
 )
-from residency._core._validation import ArgumentValidator, scan_arguments
+from residency._core._validation import (
+    MAX_ARGUMENT_BYTES,
+    MAX_ARGUMENT_VALUES,
+    ArgumentValidator,
+    measure_arguments,
+    oversize,
+    scan_arguments,
+    short_message,
+)
 from residency._errors import (
     ArgumentsInvalid,
     CallRefused,
@@ -42,6 +50,8 @@ from residency._errors import (
     ToolArchived,
     ToolNotResident,
 )
+from residency._inputs import callable_param, check_definition_depth, name_set, phase_map, tool_list
+from residency._search import SearchHit, shared_index
 from residency._session_base import DEFAULT_CHECKPOINT_EVERY, SessionBase
 from residency._tokens import count_tokens, tokenizer_name
 
@@ -60,13 +70,19 @@ class TurnPlan:
 
     Attributes:
         turn: the turn this plan opens.
-        tools: the resident tools as the model is shown them (minified), in registration order.
+        tools: the resident tools as the model is shown them (minified): with the ``stable``
+            planner in the order they became resident (a tool that arrives goes at the end,
+            the others keep their places; see ``resident_tools``), with ``greedy`` in
+            registration order.
         tombstones: one line per tool whose schema is withheld while its arguments are
-            visible, sorted by tool name.
+            visible, sorted by tool name. They change more often than the tools: keep them
+            out of the tool block (a prompt cache is keyed on it) and show
+            ``new_tombstones`` in the result of the call the plan follows.
         evictions: ids of calls whose arguments the host must now drop from its transcript.
         events: what this plan changed.
         schema_tokens: tokens of ``tools``.
         argument_tokens: tokens of the arguments still resident after ``evictions``.
+        new_tombstones: the lines of ``tombstones`` this plan created, sorted by tool name.
     """
 
     turn: int
@@ -76,11 +92,14 @@ class TurnPlan:
     events: tuple[Event, ...]
     schema_tokens: int
     argument_tokens: int
+    new_tombstones: tuple[str, ...] = ()
 
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(t["name"] for t in self.tools)
 
+
+_WITHHELD = frozenset({ToolState.TOMBSTONED, ToolState.EVICTED})
 
 _EVENT_OF = {
     ToolState.TOMBSTONED: EventKind.TOMBSTONED,
@@ -110,6 +129,8 @@ class ToolOps(SessionBase):
     _CHECKPOINT_CACHES = frozenset({"_validators", "_shown_ahead", "_steady"})
     _STEADY_PLANS: bool = True
     """Whether a turn after a steady one is planned in O(1) (tests turn it off to compare)."""
+    _order_cache: tuple[list[Event], int, dict[str, None]] | None = None
+    """``_residency_order``'s cache: the event log it read, how far, and the order."""
 
     def __init__(
         self,
@@ -124,10 +145,17 @@ class ToolOps(SessionBase):
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
         resume: bool = False,
     ) -> None:
-        self._minify: Callable[[JSONObject], JSONObject] = minify if minify is not None else minify_tool
+        # Checked before anything is built: a wrong value raises InvalidInput naming it.
+        self._minify: Callable[[JSONObject], JSONObject] = (
+            minify_tool
+            if minify is None
+            else callable_param(minify, "minify", "a function from a tool definition to what is shown")
+        )
         self._shown_ahead: dict[str, JSONObject] = {}
-        self._pinned = frozenset(pinned)
-        self._phases = {k: frozenset(v) for k, v in (phases or {}).items()}
+        self._pinned = name_set(pinned, "pinned")
+        self._phases = phase_map(phases)
+        if not isinstance(reexpand_tool, str) or not reexpand_tool:
+            raise InvalidInput("reexpand_tool must be a non-empty tool name", where="reexpand_tool")
         self._reexpand_tool = reexpand_tool
         self._guards: list[CallGuard] = []
         super().__init__(
@@ -160,12 +188,15 @@ class ToolOps(SessionBase):
             The names that were new or changed.
 
         Raises:
-            InvalidInput: a malformed definition or a name given twice; nothing is registered.
-            SchemaError: an ``inputSchema`` that is not a valid JSON Schema.
+            InvalidInput: not a list of definitions, a malformed definition or a name given
+                twice; nothing is registered.
+            SchemaError: an ``inputSchema`` that is not a valid JSON Schema, or nests deeper
+                than ``MAX_DEFINITION_DEPTH`` levels.
         """
         parsed: list[JSONObject] = []
         seen: set[str] = set()
-        for i, raw in enumerate(tools):
+        for i, raw in enumerate(tool_list(tools)):
+            check_definition_depth(raw, f"tools[{i}]")  # before anything recurses into it
             tool = parse_tool(raw, where=f"tools[{i}]")
             name = tool["name"]
             if name in seen:
@@ -245,6 +276,20 @@ class ToolOps(SessionBase):
         self._spec(name)
         return self._resident_by_tool.get(name, 0) > 0
 
+    def search(self, query: str, limit: int = 5) -> list[SearchHit]:
+        """The withheld tools (tombstoned or evicted; never archived) that best match ``query``.
+
+        One index per distinct set of definitions is shared by every session of the process;
+        with the ``search`` extra installed, BM25 is fused with an offline embedding ranker.
+
+        Returns:
+            At most ``limit`` hits, best first.
+        """
+        states = self._states
+        return shared_index(self._tools.values()).search(
+            query, limit=limit, among=lambda name: states.get(name) in _WITHHELD
+        )
+
     @property
     def reexpand_tool(self) -> str:
         """The name tombstones tell the model to call to get a withheld schema back."""
@@ -312,11 +357,28 @@ class ToolOps(SessionBase):
             raise ToolNotResident(self.tombstone_text(name), tool=name)
         if not isinstance(arguments, Mapping):
             raise ArgumentsInvalid(f"{name}: arguments must be a JSON object", tool=name, path="$")
-        depth, plain = scan_arguments(arguments, MAX_ARGUMENT_DEPTH)
-        if depth > MAX_ARGUMENT_DEPTH:
+        # The limits bound what checking costs, so they are checked first, at a bounded cost.
+        shape = measure_arguments(arguments, MAX_ARGUMENT_DEPTH, MAX_ARGUMENT_VALUES)
+        if shape.depth > MAX_ARGUMENT_DEPTH:
             raise ArgumentsInvalid(
                 f"{name}: arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels", tool=name, path="$"
             )
+        if shape.values > MAX_ARGUMENT_VALUES:
+            raise ArgumentsInvalid(
+                f"{name}: arguments hold more than {MAX_ARGUMENT_VALUES:,} values (object members and "
+                "array items), the most one call may have",
+                tool=name,
+                path="$",
+            )
+        size = oversize(arguments, shape)
+        if size is not None:
+            raise ArgumentsInvalid(
+                f"{name}: arguments are {size:,} bytes of JSON, over the {MAX_ARGUMENT_BYTES:,}-byte "
+                "limit of one call",
+                tool=name,
+                path="$",
+            )
+        plain = shape.plain
         validator = self._validators.get(name)
         if validator is None:
             validator = self._validators[name] = ArgumentValidator(spec.input_schema)
@@ -330,7 +392,7 @@ class ToolOps(SessionBase):
             else:
                 hint = f"The full schema is available from {self._reexpand_tool}."
             raise ArgumentsInvalid(
-                f"{name}: invalid arguments at {path}: {error.message}. {hint}",
+                f"{name}: invalid arguments at {path}: {short_message(error.message)}. {hint}",
                 tool=name,
                 path=path,
             )
@@ -406,6 +468,11 @@ class ToolOps(SessionBase):
             text = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"call arguments are not JSON: {exc}", where="arguments") from None
+        if len(text) > MAX_ARGUMENT_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_ARGUMENT_BYTES:
+            raise InvalidInput(
+                f"call arguments are over the {MAX_ARGUMENT_BYTES:,}-byte limit of one call",
+                where="arguments",
+            )
         call_id = f"c{len(self._calls) + 1}"
         self._commit(
             (
@@ -517,7 +584,10 @@ class ToolOps(SessionBase):
         Arguments leave first (oldest first, to the argument budget); tombstoned tools whose
         arguments all left are evicted; then resident schemas are chosen to the schema budget
         (pinned, active phase, recency, frequency); a pruned tool with resident arguments is
-        tombstoned.
+        tombstoned. ``budget.planner`` says how (``residency._core._planner``): ``stable``
+        (the default) changes the list only to add what is needed (a phase entered: its tools
+        together) or, past the budget's margin, to cut it in one step to its low-water mark;
+        ``greedy`` keeps it as small as it can every turn.
 
         Raises:
             InvalidInput: ``budget`` is not a ``Budget`` or ``phase`` is unknown.
@@ -532,7 +602,7 @@ class ToolOps(SessionBase):
             and steady.revision == self._revision
             and steady.budget == budget
             and steady.phase == phase
-            and self._argument_total <= budget.argument_tokens
+            and self._argument_total <= budget.argument_ceiling
             and (steady.warm_until is None or self._turn + 1 <= steady.warm_until)
         ):
             # Nothing can have changed since a steady turn (see ``PlanDecision.steady``): only
@@ -565,12 +635,15 @@ class ToolOps(SessionBase):
             )
             for n, spec in self._tools.items()
         ]
+        stable = budget.planner == "stable"
         decision = decide(
             budget,
             standings,
             (ResidentCall(c.id, c.tool, c.argument_tokens) for c in self._resident.values()),
             self._argument_total,
             self._turn + 1,
+            entered=stable and phase is not None and phase != self._phase,
+            fresh=self._asked_this_turn() if stable else (),
         )
         left: dict[str, int] = {}
         for call_id in decision.evict_calls:
@@ -601,16 +674,23 @@ class ToolOps(SessionBase):
         # Relaxed: losing a plan to a power loss leaves a more cautious state (arguments still
         # thought visible, a tool shown again), never a ghost; the next recorded call syncs it.
         self._commit(*items, relaxed=True)
-        resident, states = ToolState.RESIDENT, self._states
-        shown = tuple(spec.shown for n, spec in self._tools.items() if states[n] is resident)
+        specs = self._tools
+        if stable:
+            shown = tuple(specs[n].shown for n in self.resident_tools())
+        else:
+            resident, states = ToolState.RESIDENT, self._states
+            shown = tuple(spec.shown for n, spec in specs.items() if states[n] is resident)
+        events = tuple(self._events[first_event:])
+        tombstoned = sorted(e.subject for e in events if e.kind is EventKind.TOMBSTONED)
         plan = TurnPlan(
             turn=self._turn,
             tools=shown,
             tombstones=tuple(self.tombstones()),
             evictions=decision.evict_calls,
-            events=tuple(self._events[first_event:]),
+            events=events,
             schema_tokens=decision.schema_tokens,
             argument_tokens=self._argument_total,
+            new_tombstones=tuple(self.tombstone_text(n) for n in tombstoned),
         )
         self._steady = (
             _Steady(
@@ -620,6 +700,52 @@ class ToolOps(SessionBase):
             else None
         )
         return plan
+
+    def resident_tools(self) -> list[str]:
+        """The resident tools in the order they became resident: the order a stable plan shows.
+
+        A tool is placed when it is registered or re-expanded (by the model, or by a plan
+        bringing a pinned or phase tool back) and keeps its place while it stays resident, so
+        a list drawn in this order changes only at its end when tools arrive. The order is
+        read from the event log, so a reopened session has the same one.
+        """
+        order = self._residency_order()
+        resident, states = ToolState.RESIDENT, self._states
+        return [n for n in order if states.get(n) is resident]
+
+    def _residency_order(self) -> dict[str, None]:
+        # Kept up to date from the event log, which the journal rebuilds on replay and a
+        # checkpoint restores; a cache (not state): remade after the log is replaced.
+        events = self._events
+        cache = self._order_cache
+        if cache is not None and cache[0] is events and cache[1] <= len(events):
+            _, start, order = cache
+        else:
+            start, order = 0, {}
+        placed = (EventKind.REGISTERED, EventKind.REEXPANDED)
+        for i in range(start, len(events)):
+            event = events[i]
+            if event.kind in placed:
+                order.pop(event.subject, None)
+                order[event.subject] = None
+        self._order_cache = (events, len(events), order)
+        return order
+
+    def _asked_this_turn(self) -> frozenset[str]:
+        """Tools the model called or re-expanded in the current turn (what a cut keeps first)."""
+        turn = self._turn
+        asked: set[str] = set()
+        for call in reversed(self._calls.values()):
+            if call.turn != turn:
+                break
+            asked.add(call.tool)
+        reexpanded = EventKind.REEXPANDED
+        for event in reversed(self._events):
+            if event.turn != turn:
+                break
+            if event.kind is reexpanded:
+                asked.add(event.subject)
+        return frozenset(asked)
 
     def _apply_budget(self, data: Mapping[str, Any]) -> None:
         self._event(

@@ -243,7 +243,9 @@ class Host:
 
     def __init__(self) -> None:
         self.session = desk_session()
-        self.budget = Budget(schema_tokens=450, argument_tokens=100_000, idle_turns=2)
+        # The greedy planner: its resident set moves every few turns, which is what this checks
+        # the request does not follow.
+        self.budget = Budget.greedy(schema_tokens=450, argument_tokens=100_000, idle_turns=2)
         self.messages: list[Any] = [{"role": "user", "content": "Triage INC-1."}]
         self.requests: list[Any] = []
         self.resident_sets: list[tuple[str, ...]] = []

@@ -1,8 +1,11 @@
 """The scripted task every client runs through ``residency serve``.
 
 The gateway fronts the bundled incident desk as a real stdio upstream, with a schema budget of
-350 tokens at the ``compact`` level. Under that budget a new session lists three desk tools
-(``close_incident``, ``add_timeline_note``, ``get_runbook``) plus the three meta-tools. The steps
+350 tokens at the ``compact`` level and the greedy planner (``"planner": "greedy"``): its list
+follows the budget turn by turn, so a short script sees tools pushed out (the gateway's default,
+stable planner, waits for 1.5 times the budget; ``tests/gateway`` covers it). Under that budget a
+new session lists three desk tools (``close_incident``, ``add_timeline_note``, ``get_runbook``)
+plus the three meta-tools. The steps
 below then make one tool tombstoned (``add_timeline_note``: called, then pushed out while its
 arguments are still in the transcript) and one evicted (``close_incident``: listed, never
 called, then pushed out), in a fixed, deterministic order:
@@ -11,7 +14,8 @@ called, then pushed out), in a fixed, deterministic order:
 2. call ``get_runbook`` (resident)        -> the desk's runbook RB-1
 3. call ``add_timeline_note`` (resident)  -> ok; its arguments are now in the transcript
 4. ``reexpand_tools(["update_incident"])`` -> ``add_timeline_note`` and ``get_runbook`` are
-   tombstoned, ``close_incident`` is evicted; the list changes (``list_changed`` / listen)
+   tombstoned, ``close_incident`` is evicted; the list changes (``list_changed`` / listen) and
+   the result ends with the new tombstones (``Withheld now:`` and their lines)
 5. call ``add_timeline_note`` again       -> refused: ``tool_not_resident``, the text names
    ``reexpand_tools``; never forwarded
 6. call ``close_incident`` with invalid arguments (no ``resolution``) -> ``arguments_invalid``,
@@ -63,7 +67,10 @@ def config() -> dict[str, Any]:
         "mcpServers": {
             "desk": {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]},
         },
-        "residency": {"budget": {"schema_tokens": BUDGET, "argument_tokens": 20000}, "minify": "compact"},
+        "residency": {
+            "budget": {"schema_tokens": BUDGET, "argument_tokens": 20000, "planner": "greedy"},
+            "minify": "compact",
+        },
     }
 
 

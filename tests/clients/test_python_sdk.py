@@ -145,11 +145,13 @@ def check_run(client: Client, mode: str, run: Run) -> None:
     assert reason(run.results[REFUSED]) == "tool_not_resident"
     assert reason(run.results[INVALID]) == "arguments_invalid"
     assert reason(run.results[IMPLICIT]) is None
-    # After the push-out only the re-expanded tool is left; the tombstone line for the tool whose
-    # arguments are still in the transcript rides on reexpand_tools' description.
+    # After the push-out only the re-expanded tool is left. The tombstone line of the tool whose
+    # arguments are still in the transcript came in the result of the call that pushed it out;
+    # reexpand_tools' description is the same in every session, so the list names no tool.
     assert names(run.relisted) == {"update_incident", *scenario.META_TOOLS}
     reexpand = next(t for t in run.relisted if t.name == "reexpand_tools")
-    assert scenario.TOMBSTONED_TOOL in (reexpand.description or "")
+    assert scenario.TOMBSTONED_TOOL not in (reexpand.description or "")
+    assert f"Withheld now:\n{text(run.results[REFUSED])}" in text(run.results[PUSH])
     # The refused call never reached the desk: the second note is there once, from the last step.
     assert run.timeline.count(f"note: {scenario.SECOND_NOTE['note']}") == 1
     assert run.timeline.count(f"note: {scenario.FIRST_NOTE['note']}") == 1

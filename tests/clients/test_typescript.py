@@ -197,10 +197,11 @@ async def test_a_typescript_client_runs_the_scripted_task_in_one_session(
     assert scenario.EVICTED_TOOL not in after_push["names"]
     assert "update_incident" in after_push["names"]
     reexpand_description = {t["name"]: t for t in after_push["tools"]}["reexpand_tools"]["description"]
+    assert scenario.TOMBSTONED_TOOL not in reexpand_description  # the same in every session
 
-    # The tombstoned tool: refused with its tombstone line, which the list showed the model.
+    # The tombstoned tool: refused with its tombstone line, which the push's result gave the model.
     assert reason(refused) == "tool_not_resident"
-    assert refused["text"] in reexpand_description
+    assert refused["text"] in calls[2]["text"]
     assert "reexpand_tools" in refused["text"]
 
     # The evicted tool: invalid arguments get its full schema, valid ones the desk's result.

@@ -123,8 +123,6 @@ def test_on_drawn_values_the_verdict_is_the_references(
     ("schema", "instance"),
     [
         ({"type": "object", "properties": {"a": {"multipleOf": 0.1}}}, {"a": 0.3}),
-        ({"type": "object", "properties": {"a": {"pattern": "^\\d+$"}}}, {"a": "١٢"}),
-        ({"type": "object", "properties": {"a": {"pattern": "^[a-z]+$"}}}, {"a": "abc\n"}),
         ({"type": "object", "properties": {"a": {"type": "number"}}}, {"a": math.nan}),
         ({"type": "object", "properties": {"a": {"type": "number", "maximum": 1}}}, {"a": -math.inf}),
         ({"type": "object", "properties": {"a": {"type": "array"}}}, {"a": (1, 2)}),

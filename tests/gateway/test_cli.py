@@ -26,7 +26,7 @@ def test_the_demo_plays_the_scenario_with_no_duplicate_incident(capsys: pytest.C
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["serve", "--store", "postgres://db"], "--store"),
+        (["serve", "--store", "mysql://db"], "--store"),
         (["serve", "--config", "/does/not/exist.json"], "exist.json"),
     ],
 )

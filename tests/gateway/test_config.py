@@ -45,7 +45,7 @@ def test_a_standard_config_with_a_residency_section_loads() -> None:
         ('{"mcpServers": {}, "residency": {"colour": "blue"}}', "residency.colour", 1),
         ('{"mcpServers": {"r": {"url": "ftp://host/mcp"}}}', "mcpServers.r.url", 1),
         ('{"mcpServers": {"a": {"command": "x", "env": {"K": 5}}}}', "mcpServers.a.env.K", 1),
-        ('{"mcpServers": {}, "residency": {"store": "postgres://db"}}', "residency.store", 1),
+        ('{"mcpServers": {}, "residency": {"store": "mysql://db"}}', "residency.store", 1),
         (
             '{"mcpServers": {}, "residency": {"read_only": ["a"],\n "mutating": ["a"]}}',
             "residency.mutating",

@@ -13,7 +13,7 @@ from tests.gateway.conftest import agent, reason, running, text
 
 pytestmark = pytest.mark.anyio
 
-TIGHT = {"budget": {"schema_tokens": 450}, "minify": "compact"}
+TIGHT = {"budget": {"schema_tokens": 400}, "minify": "compact"}
 WORK = [
     ("get_timeline", {"incident_id": "INC-1"}),
     ("list_services", {}),

@@ -5,12 +5,19 @@ from __future__ import annotations
 import json
 
 import anyio
+import mcp_types as types
 import pytest
 
 from residency import ToolState
 from residency._gateway import IncidentDesk
 from residency._gateway._demo import SCENARIO_READS
+from residency._gateway._meta_tools import META_TOOLS
 from tests.gateway.conftest import agent, reason, running, text
+
+
+def text_blocks(result: types.CallToolResult) -> list[str]:
+    return [c.text for c in result.content if isinstance(c, types.TextContent)]
+
 
 pytestmark = pytest.mark.anyio
 
@@ -28,21 +35,24 @@ async def test_a_demoted_mutation_tool_is_refused_with_its_tombstone_until_reexp
         assert not (await a.use("update_incident", UPDATE)).is_error
         assert desk.incidents["INC-7"].severity == "SEV-2"
 
-        # Read-only work until the schema budget demotes update_incident.
-        for name, arguments in SCENARIO_READS[:7]:
-            assert not (await a.use(name, arguments)).is_error
+        # Read-only work until the tools used pass the schema budget's margin (1.5 x 700) and
+        # one cut demotes update_incident, the least recently used.
+        for name, arguments in SCENARIO_READS:
+            read = await a.use(name, arguments)
+            assert not read.is_error
             if session.state("update_incident") is not ToolState.RESIDENT:
                 break
         assert session.state("update_incident") is ToolState.TOMBSTONED
         assert session.arguments_resident("update_incident")
 
-        # The tombstone is visible where the model looks.
+        # The tombstone reaches the model in the result of the call that created it, and in the
+        # resource; the tool list loses the tool and nothing else changes in it.
         tools = {t.name: t for t in await a.tools()}
         assert "update_incident" not in tools
-        tombstones = await a.read("residency://tombstones")
-        assert tombstones.startswith("update_incident:")
-        if not a.modern:
-            assert tombstones in (tools["reexpand_tools"].description or "")
+        withheld = await a.read("residency://tombstones")
+        assert text_blocks(read)[-1] == f"Withheld now:\n{withheld}"
+        assert "update_incident" not in (tools["reexpand_tools"].description or "")
+        [tombstones] = [line for line in withheld.splitlines() if line.startswith("update_incident:")]
 
         # "Bump to SEV-1 and re-notify", rebuilt from the visible arguments: refused, not forwarded.
         calls_before = list(desk.calls)
@@ -111,3 +121,27 @@ async def test_an_upstream_schema_migration_tombstones_a_tool_with_visible_argum
         fixed = {"incident_id": "INC-7", "severity": "SEV-1", "assignee": {"id": "u-42"}, "notify": True}
         assert not (await a.call("update_incident", fixed)).is_error
         assert desk.incidents["INC-7"].assignee == {"id": "u-42"}
+
+
+async def test_the_meta_tools_are_listed_the_same_before_and_after_tools_are_withheld(era: str) -> None:
+    async with (
+        running({"budget": {"schema_tokens": 700}, "minify": "compact"}, desk=IncidentDesk()) as gw,
+        agent(gw, era) as a,
+    ):
+        session = gw.session(a.key)
+
+        async def meta_tools() -> dict[str, dict[str, object]]:
+            return {t.name: t.model_dump() for t in await a.tools() if t.name in META_TOOLS}
+
+        first = await meta_tools()
+        assert set(first) == set(META_TOOLS)
+        assert not (await a.use("update_incident", UPDATE)).is_error
+        for name, arguments in SCENARIO_READS:
+            assert not (await a.use(name, arguments)).is_error
+            assert await meta_tools() == first
+        assert session.tombstones()  # the reads pushed tools out: tombstones, and still the same
+        # The notice was given once, with the call that created the tombstones; later results
+        # carry none.
+        later = await a.use("get_incident", {"incident_id": "INC-7"})
+        assert not any(block.startswith("Withheld now:") for block in text_blocks(later))
+        assert await meta_tools() == first

@@ -72,7 +72,7 @@ async def test_the_summary_shows_each_upstream_budget_store_minify_and_the_stdio
     assert "residency: upstream off: disabled in the config" in lines
     assert "residency: transport stdio" in lines
     assert "residency: store memory://" in lines
-    assert "residency: budget schema_tokens=900 argument_tokens=5000 idle_turns=3" in lines
+    assert "residency: budget schema_tokens=900 argument_tokens=5000 idle_turns=3 planner=stable" in lines
     assert "residency: minify minimal" in lines
     assert "residency: session stdio-0123456789ab (resume with --session stdio-0123456789ab)" in lines
 
@@ -89,7 +89,7 @@ def test_the_summary_says_starting_for_an_upstream_not_up_yet_and_hides_http_sec
     assert "residency: upstream slow (http): starting" in lines
     assert "residency: transport http at http://127.0.0.1:4242/mcp, bearer token required" in lines
     assert "residency: store postgresql://app:***@db:5432/residency" in lines
-    assert "residency: budget schema_tokens=6000 argument_tokens=20000 idle_turns=off" in lines
+    assert "residency: budget schema_tokens=6000 argument_tokens=20000 idle_turns=off planner=stable" in lines
     assert "tok-en-value-99" not in summary and "pa55word" not in summary
     assert not any(line.startswith("residency: session ") for line in lines)  # one per client
 

@@ -17,7 +17,7 @@ from tests.gateway.conftest import agent, reason, running, text
 pytestmark = pytest.mark.anyio
 
 TIGHT = {"budget": {"schema_tokens": 350}, "minify": "compact"}
-"""A budget that lists three desk tools (close_incident, add_timeline_note, get_runbook)."""
+"""A budget the desk is far past: a session starts with none of its tools listed (none was asked for)."""
 
 
 async def test_the_handshake_era_lists_resident_tools_with_the_meta_tools_and_advertises_list_changed() -> (
@@ -83,7 +83,9 @@ async def test_an_evicted_tool_called_with_invalid_arguments_is_refused_with_its
 
 async def test_a_refusal_for_a_tool_with_no_earlier_arguments_does_not_call_them_stale(era: str) -> None:
     async with running(TIGHT, desk=IncidentDesk()) as gw, agent(gw, era) as a:
-        gw.session(a.key).tombstone("close_incident")  # withheld with no call of it in the transcript
+        session = gw.session(a.key)
+        session.reexpand("close_incident")
+        session.tombstone("close_incident")  # withheld with no call of it in the transcript
         refused = await a.call("close_incident", {"incident_id": "INC-1", "resolution": "fixed the config"})
         assert reason(refused) == "tool_not_resident"
         assert "reexpand_tools" in text(refused)
@@ -212,7 +214,7 @@ async def test_resources_show_the_session_state(era: str) -> None:
 
 async def test_a_tombstone_change_is_announced_to_subscribers_of_the_tombstones_resource() -> None:
     async with (
-        running({"budget": {"schema_tokens": 450}}, desk=IncidentDesk()) as gw,
+        running({"budget": {"schema_tokens": 300}}, desk=IncidentDesk()) as gw,
         agent(gw, "legacy") as a,
     ):
         with pytest.warns(MCPDeprecationWarning):  # resources/subscribe is the handshake era's way
@@ -222,8 +224,11 @@ async def test_a_tombstone_change_is_announced_to_subscribers_of_the_tombstones_
             ("get_timeline", {"incident_id": "INC-1"}),
             ("list_services", {}),
             ("get_runbook", {"runbook_id": "RB-2"}),
+            ("list_deploys", {"service": "api"}),
         ):
             await a.use(name, arguments)
+            if gw.session(a.key).state("update_incident") is not ToolState.RESIDENT:
+                break
         assert gw.session(a.key).state("update_incident") is ToolState.TOMBSTONED
         updated = [n for n in a.notifications if isinstance(n, types.ResourceUpdatedNotification)]
         assert updated and str(updated[0].params.uri) == "residency://tombstones"

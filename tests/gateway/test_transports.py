@@ -203,5 +203,5 @@ async def test_handshake_http_clients_without_a_key_each_get_the_session_of_thei
                 await first.call_tool("reexpand_tools", {"names": ["list_services"]})
                 assert "list_services" in _names(await first.list_tools())
                 assert "list_services" not in _names(await second.list_tools())
-        keys = sorted(gs.key for gs in gw._table)
+                keys = sorted(gs.key for gs in gw._table)
         assert len(keys) == 2 and all(k.startswith("http-") for k in keys)

@@ -266,21 +266,26 @@ async def tombstone_update_incident(client: Client, key: str | None = None) -> s
     """Call update_incident, then read-only tools until the schema budget tombstones it.
 
     Returns:
-        The tombstone text the gateway shows (``residency://tombstones``).
+        Its tombstone line, as ``residency://tombstones`` and the result of the call that
+        created it show it.
     """
     call = caller(client, key)
     meta = {SESSION_META_KEY: key} if key is not None else None
     done = await use(call, WITHHELD, UPDATE)
     assert not done.is_error, text_of(done)
     for name, arguments in SCENARIO_READS:
-        assert not (await use(call, name, arguments)).is_error
+        result = await use(call, name, arguments)
+        assert not result.is_error
         listed = {t.name: t for t in (await client.list_tools(meta=meta, cache_mode="refresh")).tools}
         if WITHHELD not in listed:
             read = await client.read_resource("residency://tombstones", meta=meta, cache_mode="refresh")
             content = read.contents[0]
             assert isinstance(content, types.TextResourceContents)
-            assert content.text.startswith(f"{WITHHELD}:")
-            return content.text
+            [line] = [line for line in content.text.splitlines() if line.startswith(f"{WITHHELD}:")]
+            # The call that withheld it carried the same lines in one more text block.
+            assert result.content[-1] == types.TextContent(type="text", text=f"Withheld now:\n{content.text}")
+            assert WITHHELD not in (listed["reexpand_tools"].description or "")
+            return line
     pytest.fail("the schema budget never tombstoned update_incident")
 
 
@@ -346,7 +351,7 @@ async def test_the_inspector_lists_resident_tools_and_the_meta_tools(
     assert set(tools) - META_TOOLS <= {t["name"] for t in desk_tools()}
     assert WITHHELD not in tools  # withheld by the demo's schema budget
     assert all(t["inputSchema"]["type"] == "object" for t in tools.values())
-    # A fresh session has no tombstones, so reexpand_tools' description names no tool.
+    # reexpand_tools' description is the same for every session: it never names a tool.
     assert WITHHELD not in tools["reexpand_tools"]["description"]
 
 
@@ -377,8 +382,9 @@ async def test_the_inspector_cannot_get_a_tombstoned_tool_forwarded_until_it_is_
         target, tombstone = prepared.inspector_target(tmp_path), prepared.tombstone
         listed = inspector_result(await inspector(target, peer_env, "--method", "tools/list"))
         tools = {t["name"]: t for t in listed["tools"]}
-        # The tombstone is where the model reads the tool list.
-        assert tombstone in tools["reexpand_tools"]["description"]
+        # The tombstone is not in the tool list (it would change the host's cached prompt): it
+        # came in the result of the call that created it, and is in residency://tombstones.
+        assert WITHHELD not in tools["reexpand_tools"]["description"]
 
         call = ["--method", "tools/call", "--tool-name", WITHHELD, "--tool-args-json", json.dumps(ESCALATE)]
         ran = await inspector(target, peer_env, *call)
@@ -429,7 +435,7 @@ async def test_the_inspector_calls_a_pinned_tool_redefined_upstream_and_the_gate
 
     update_incident is called under its v1 definition; the gateway restarts on an upstream that
     serves v2 while those arguments are still in the transcript. Pinned or not, the tool is
-    tombstoned: the session's 2026-07-28 list leaves it out and carries the tombstone, so the
+    tombstoned: the session's 2026-07-28 list leaves it out (the tombstone is a resource), so the
     Inspector (which calls listed tools only) refuses the call on its own side; nothing reaches
     the upstream until the tool is re-expanded.
     """
@@ -454,7 +460,7 @@ async def test_the_inspector_calls_a_pinned_tool_redefined_upstream_and_the_gate
         listed = inspector_result(await inspector(target, peer_env, "--method", "tools/list", era="modern"))
         tools = {t["name"]: t for t in listed["tools"]}
         assert WITHHELD not in tools
-        assert f"{WITHHELD}: mutation tool schema withheld" in tools["reexpand_tools"]["description"]
+        assert WITHHELD not in tools["reexpand_tools"]["description"]
 
         call = ["--method", "tools/call", "--tool-name", WITHHELD, "--tool-args-json", json.dumps(UPDATE)]
         refused = await inspector(target, peer_env, *call, era="modern")

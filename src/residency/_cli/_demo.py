@@ -121,7 +121,7 @@ async def _play(budget: int, console: Console) -> None:
             await n.call("reexpand_tools", {"names": ["update_incident"]}, "(its schema was withheld)")
         update = {"incident_id": "INC-7", "severity": "SEV-2", "assignee_id": "u-42", "notify": True}
         await n.call("update_incident", update, "(turn-2 call of the seed: SEV-2, u-42, notify)")
-        for name, arguments in SCENARIO_READS[:6]:
+        for name, arguments in SCENARIO_READS:
             if session.state(name) is not ToolState.RESIDENT:
                 await n.call("reexpand_tools", {"names": [name]})
             await n.call(name, arguments)

@@ -18,8 +18,8 @@ from rich.table import Table
 
 from residency._errors import ConfigError, ResidencyError
 from residency._session import Session
+from residency._store import open_store, redact_url
 from residency._store._protocol import Store
-from residency._store._sqlite import open_store
 
 
 def add_parser(sub: Any) -> None:
@@ -29,7 +29,9 @@ def add_parser(sub: Any) -> None:
         description="Read a residency store without changing it. Exit codes: 0 shown, 2 bad "
         "usage, a missing or unreadable store, or an unknown session.",
     )
-    p.add_argument("store", metavar="STORE", help="sqlite:///path.db (or a path to a .db file)")
+    p.add_argument(
+        "store", metavar="STORE", help="sqlite:///path.db (or a path to a .db file), or postgresql://..."
+    )
     p.add_argument("--session", metavar="ID", help="the session to show (default: list sessions)")
     p.add_argument("--events", type=int, default=20, metavar="N", help="latest events to show (default 20)")
     p.add_argument("--json", action="store_true", help="print the session snapshot as JSON")
@@ -42,7 +44,7 @@ def _open(location: str) -> Store:
         path = Path(url[len("sqlite:///") :])
         if not path.is_file():
             raise ConfigError(f"{path}: no such store file", where="store")
-    return open_store(url)
+    return open_store(url, create=False)  # read-only: never create or upgrade a store
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
                     console.print("(no sessions)")
             return 0
         if args.session not in sessions:
-            print(f"residency inspect: no session {args.session!r} in {args.store}", file=sys.stderr)
+            shown = redact_url(args.store)
+            print(f"residency inspect: no session {args.session!r} in {shown}", file=sys.stderr)
             return 2
         session = Session(store, session_id=args.session)
         if args.json:

@@ -2,9 +2,12 @@
 
 With no ``--config`` it serves the bundled demo upstream (an incident desk), so a client can
 connect at once. Logs go to stderr (stdout is the protocol on stdio) and never carry the
-values of upstream ``env``/``headers`` or the bearer token. ``--log-level`` sets residency's own
-loggers (``residency.*``) only; other libraries (the lifecycle machine's ``transitions``, the
-MCP SDK, the HTTP stack) log warnings and errors only, whatever the level.
+values of upstream ``env``/``headers`` or the bearer token: every line written, whichever
+library wrote it, passes through ``Secrets.redact`` (``redact_logs``). ``--log-level`` sets
+residency's own loggers (``residency.*``) only; other libraries (the lifecycle machine's
+``transitions``, the MCP SDK, the HTTP stack) log warnings and errors only, whatever the level,
+so SDK debug lines, which may carry request headers or a subprocess's environment, never
+appear.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from residency._errors import ConfigError, ResidencyError
@@ -44,6 +48,17 @@ Who a session is:
                 a Residency-Session header or _meta["residency/session"] on a request
                 names its session (1-128 of letters, digits and ._:@/+=-).
   --session on HTTP names the session of every request that names none.
+  With a token, a key a request names is bound to the token: it names a
+  different session under another token.
+
+Exposure (HTTP):
+  The token comes from --token, else env {TOKEN_ENV}, else the config's
+  residency.token. Prefer {TOKEN_ENV} or the config: a --token value is visible
+  to every user of the machine in the process list. A token must be at least 16
+  visible ASCII characters (e.g. `openssl rand -hex 32`); an empty one is refused,
+  not read as "no token". Without a token the gateway binds only loopback
+  (127.0.0.1, ::1, localhost); --insecure lets it bind elsewhere unauthenticated,
+  for a gateway behind a proxy that authenticates.
 
 Stopping:
   stdio serves until stdin closes (exit status 0). SIGINT (Ctrl-C) and SIGTERM stop
@@ -81,7 +96,16 @@ def add_parser(sub: Any) -> None:
         help=f"the session of requests that name none; resumes it from the store (env {SESSION_ENV}; "
         "stdio default: a fresh one per process; HTTP default: one per client)",
     )
-    p.add_argument("--token", help=f"bearer token required over HTTP (env {TOKEN_ENV}; overrides the config)")
+    p.add_argument(
+        "--token",
+        help=f"bearer token required over HTTP, 16+ characters; prefer env {TOKEN_ENV} (a flag shows in "
+        "the process list); overrides the config",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow HTTP beyond loopback without a token (only behind a proxy that authenticates)",
+    )
     p.add_argument("--timeout", type=float, help="seconds per upstream call (overrides the config)")
     p.add_argument(
         "--log-level",
@@ -100,9 +124,18 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
     (tests) must not leave a handler holding a stream that has since been closed.
     """
 
+    redact: Callable[[str], str] | None = None
+    """Scrubs every formatted line (set by ``redact_logs``)."""
+
     def emit(self, record: logging.LogRecord) -> None:
         self.stream = sys.stderr
         super().emit(record)
+
+    def format(self, record: logging.LogRecord) -> str:
+        # The whole line, traceback included: a library may put a secret in a message or an
+        # exception, and its records reach this handler too.
+        text = super().format(record)
+        return self.redact(text) if self.redact is not None else text
 
 
 def configure_logging(level: str) -> None:
@@ -126,6 +159,13 @@ def configure_logging(level: str) -> None:
     logging.getLogger("residency").setLevel(level.upper())
 
 
+def redact_logs(redact: Callable[[str], str]) -> None:
+    """Scrub every line the stderr handler of ``configure_logging`` writes with ``redact``."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, _StderrHandler):
+            handler.redact = redact
+
+
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     from residency._gateway._run import ServeOptions, serve
@@ -135,6 +175,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"residency serve: {exc}", file=sys.stderr)
         return 2
+    redact_logs(options.secrets.redact)
     try:
         return serve(options)
     except (ConfigError, ResidencyError) as exc:

@@ -2,8 +2,9 @@
 
 Prints the tools the gateway lists for the session (its resident tools, in the gateway's
 order, each with the tokens of its shown, minified definition), the three meta-tools with
-their tokens (``reexpand_tools`` carries the tombstone lines in its description), the total,
-and the tombstone lines. Nothing in the store is changed.
+their tokens (the same in every session), the total, and the tombstone lines (which the model
+got in call results and ``residency://tombstones``, not in the list). Nothing in the store is
+changed.
 
 Gateway sessions are journaled as ``gateway/<key>``: either form of the id is accepted (the
 id as given first, then ``gateway/<id>``). How tools are shown depends on the gateway's
@@ -21,7 +22,6 @@ import json
 import sys
 from typing import Any
 
-from residency._core._lifecycle import ToolState
 from residency._errors import ConfigError, ResidencyError
 from residency._gateway._meta_tools import REEXPAND_TOOLS, meta_tool_definitions
 from residency._gateway._sessions import store_id
@@ -84,8 +84,8 @@ def _find(store: Store, given: str) -> str | None:
 def view(session: Session) -> dict[str, Any]:
     """What the model sees now in ``session``: listed tools and meta-tools with tokens, tombstones."""
     tombstones = session.tombstones()
-    tools = [(n, session.tool(n).tokens) for n in session.tools(ToolState.RESIDENT)]
-    meta = [(str(d["name"]), count_tokens(d)) for d in meta_tool_definitions(tombstones)]
+    tools = [(n, session.tool(n).tokens) for n in session.resident_tools()]
+    meta = [(str(d["name"]), count_tokens(d)) for d in meta_tool_definitions()]
     tool_tokens = sum(t for _, t in tools)
     meta_tokens = sum(t for _, t in meta)
     return {
@@ -104,6 +104,7 @@ def view(session: Session) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from residency._cli._inspect import _open
     from residency._gateway._server import _minifier
+    from residency._store import redact_url
 
     try:
         level = _minify_level(args)
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             listing = ", ".join(known) if known else "(none)"
             print(
                 f"residency view: no session {args.session!r} (nor {store_id(args.session)!r}) in "
-                f"{args.store}; known sessions: {listing}",
+                f"{redact_url(args.store)}; known sessions: {listing}",
                 file=sys.stderr,
             )
             return 2

@@ -32,7 +32,7 @@ from pydantic import (
     field_validator,
 )
 
-from residency._core._planner import Budget
+from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
 
 __all__ = [
@@ -80,10 +80,21 @@ class BudgetSettings(_Strict):
     idle_turns: int | None = Field(default=None, ge=0)
     """A tool not used for more than this many turns leaves even when the budget has room;
     None (the default) demotes tools only under budget pressure."""
+    planner: Planner = "stable"
+    """``stable`` (the default) changes a session's tool list only to add what the agent needs
+    (a re-expansion, a phase entered) or, past ``high_water`` times the budget, to cut it in one
+    step to ``low_water`` times the budget; ``greedy`` keeps it to the budget on every call."""
+    high_water: float = Field(default=HIGH_WATER, ge=1.0)
+    low_water: float = Field(default=LOW_WATER, ge=0.0, le=1.0)
 
     def budget(self) -> Budget:
         return Budget(
-            schema_tokens=self.schema_tokens, argument_tokens=self.argument_tokens, idle_turns=self.idle_turns
+            schema_tokens=self.schema_tokens,
+            argument_tokens=self.argument_tokens,
+            idle_turns=self.idle_turns,
+            planner=self.planner,
+            high_water=self.high_water,
+            low_water=self.low_water,
         )
 
 
@@ -97,13 +108,15 @@ class ResidencySettings(_Strict):
         minify: how resident tools are shown: ``full-text`` (every description kept),
             ``compact``, ``minimal`` (every level keeps every validation constraint), or
             ``none`` (as the upstream sent them). ``lossless`` is another name for ``full-text``.
-        store: where sessions live (``memory://`` or ``sqlite:///path.db``).
+        store: where sessions live (``memory://``, ``sqlite:///path.db`` or ``postgresql://...``).
         chains: what a call that would complete an archived fatal chain gets: refused, or
             forwarded with a warning.
         call_timeout: seconds an upstream call may take.
         startup_timeout: seconds one upstream may take to start and list its tools.
         ready_wait: seconds the gateway waits for starting upstreams before it serves; an
             upstream that is ready later joins, and clients are told the list changed.
+        relist_interval: seconds after which a call re-lists its upstream before forwarding;
+            a change made without ``tools/list_changed`` is noticed within it (0: every call).
         token: bearer token required by the HTTP transport (``--token`` overrides it).
         read_only / mutating: override what the tools' annotations say.
     """
@@ -117,6 +130,7 @@ class ResidencySettings(_Strict):
     call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
     startup_timeout: float = Field(default=DEFAULT_STARTUP_TIMEOUT, gt=0)
     ready_wait: float = Field(default=DEFAULT_READY_WAIT, ge=0)
+    relist_interval: float = Field(default=30.0, ge=0)
     token: SecretStr | None = None
     read_only: tuple[str, ...] = ()
     mutating: tuple[str, ...] = ()
@@ -134,8 +148,11 @@ class ResidencySettings(_Strict):
     def _store_url(cls, value: str) -> str:
         if value in ("memory:", "memory://") or (value.startswith("sqlite:///") and value != "sqlite:///"):
             return value
+        if value.startswith(("postgresql://", "postgres://")) and value.partition("://")[2]:
+            return value
         raise ValueError(
-            "expected 'memory://' or 'sqlite:///path/to/file.db' (four slashes for an absolute path)"
+            "expected 'memory://', 'sqlite:///path/to/file.db' (four slashes for an absolute path) "
+            "or 'postgresql://user@host/database'"
         )
 
 
@@ -189,14 +206,53 @@ class GatewayConfig(_Strict):
 
 
 class Secrets:
-    """Secret values that must never leave the gateway in text it writes."""
+    """Secret values that must never leave the gateway in text it writes.
+
+    Which values are secrets. Scrubbing a value everywhere it appears garbles ordinary text
+    when the value is an ordinary word (an env value ``hang`` would hide the tool ``hang``), so:
+
+    * a value of at least ``MIN_SECRET_CHARS`` (8) characters is always a secret;
+    * a value of 4 to 7 characters is a secret only when it is not a word, an identifier, a
+      number or a path: it mixes letters and digits (``pa55``), or holds a character other than
+      letters, digits and ``-_./:`` (``x$k!``). So ``hang``, ``true``, ``8080``, ``us-east``
+      and ``/tmp`` stay readable;
+    * a value under 4 characters is never one.
+
+    A header value of the form ``<scheme> <credential>`` (``Bearer abc...``, ``Basic ...``)
+    also adds its credential alone, under the same rules, since an upstream may quote just that.
+    """
+
+    MIN_SECRET_CHARS = 8
 
     def __init__(self, values: Iterable[str] = ()) -> None:
-        # Very short values would scrub ordinary words; they are not secrets worth the name.
-        self._values = sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
+        self._values: list[str] = []
+        self._json_forms: list[str] = []
+        self.add(*values)
+
+    @classmethod
+    def is_secret(cls, value: str) -> bool:
+        """Whether ``value`` is scrubbed (see the class docstring)."""
+        if len(value) >= cls.MIN_SECRET_CHARS:
+            return True
+        if len(value) < 4:
+            return False
+        has_letter = any(c.isalpha() for c in value)
+        has_digit = any(c.isdigit() for c in value)
+        odd = any(not c.isalnum() and c not in "-_./:" for c in value)
+        return (has_letter and has_digit) or odd
 
     def add(self, *values: str) -> None:
-        self._values = sorted({*self._values, *(v for v in values if len(v) >= 4)}, key=len, reverse=True)
+        """Add secret values (those that are not secrets by the rules above are ignored)."""
+        found = set(self._values)
+        for value in values:
+            found.update(v for v in (value, *_credential(value)) if self.is_secret(v))
+        # Longest first, so a secret containing another is scrubbed whole.
+        self._values = sorted(found, key=len, reverse=True)
+        # How each value appears inside JSON text (quotes, backslashes, controls escaped).
+        self._json_forms = [json.dumps(v, ensure_ascii=False)[1:-1] for v in self._values]
+
+    def __bool__(self) -> bool:
+        return bool(self._values)
 
     def redact(self, text: str) -> str:
         """``text`` with every secret value replaced by ``***``."""
@@ -204,6 +260,17 @@ class Secrets:
             if value in text:
                 text = text.replace(value, "***")
         return text
+
+    def found_in_json(self, text: str) -> bool:
+        """Whether some secret appears in JSON ``text`` (a cheap test before a deeper scrub)."""
+        return any(form in text for form in self._json_forms)
+
+
+def _credential(value: str) -> tuple[str, ...]:
+    scheme, _, credential = value.strip().partition(" ")
+    if credential and scheme.isalpha():
+        return (credential.strip(),)
+    return ()
 
 
 def load_config(path: str | os.PathLike[str]) -> GatewayConfig:

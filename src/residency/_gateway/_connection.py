@@ -7,7 +7,11 @@ needs from it is read here, so an SDK change touches one module.
 How a request finds its session, first match wins (the README's "Who a session is"):
 
 1. ``_meta["residency/session"]`` on the request, or the ``Residency-Session`` HTTP header: a
-   key the client repeats (the 2026-07-28 way, and how any client resumes a session).
+   key the client repeats (the 2026-07-28 way, and how any client resumes a session). On a
+   request the HTTP transport authenticated with a bearer token, the key is bound to the
+   token's identity: the session is ``<identity>/<key>``, so a key names nothing across
+   identities (another token cannot reach it). Without a token, and on stdio, keys are used as
+   given.
 2. Handshake era: the connection itself (a key given once sticks to the connection). Over
    stateful HTTP that is the ``Mcp-Session-Id``.
 3. The gateway's default key (``residency serve --session``; a stdio gateway serves one
@@ -32,13 +36,24 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-__all__ = ["SESSION_HEADER", "SESSION_META_KEY", "connection_of", "is_modern", "session_key"]
+__all__ = [
+    "IDENTITY_STATE",
+    "SESSION_HEADER",
+    "SESSION_META_KEY",
+    "connection_of",
+    "is_modern",
+    "session_key",
+    "token_identity",
+]
 
 SESSION_META_KEY = "residency/session"
 """The ``_meta`` key a client repeats to name its session."""
 
 SESSION_HEADER = "residency-session"
 """The HTTP header that names the session (case-insensitive)."""
+
+IDENTITY_STATE = "residency.identity"
+"""Where the HTTP transport puts an authenticated request's identity (ASGI scope ``state``)."""
 
 _STATE_KEY = "residency.session"
 _KEY_OK = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
@@ -76,13 +91,28 @@ def _explicit_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
     return value
 
 
+def token_identity(token: str) -> str:
+    """The identity of a bearer token, as session keys show it.
+
+    The token itself never becomes part of a key (keys are journaled and logged).
+    """
+    return "token-" + hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
 def _bearer_identity(ctx: ServerRequestContext[Any, Any]) -> str | None:
     headers = getattr(ctx.request, "headers", None) if ctx.request is not None else None
     value = headers.get("authorization") if headers is not None else None
     if not isinstance(value, str) or not value.lower().startswith("bearer ") or len(value) <= 7:
         return None
-    # The token itself never becomes part of a key (keys are journaled and logged).
-    return "token-" + hashlib.sha256(value[7:].encode()).hexdigest()[:16]
+    return token_identity(value[7:])
+
+
+def _authenticated_identity(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The identity the HTTP transport verified for this request (None: not authenticated)."""
+    scope = getattr(ctx.request, "scope", None) if ctx.request is not None else None
+    state = scope.get("state") if isinstance(scope, dict) else None
+    value = state.get(IDENTITY_STATE) if isinstance(state, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str | None:
@@ -92,6 +122,10 @@ def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str
         ValueError: a malformed explicit key.
     """
     explicit = _explicit_key(ctx)
+    if explicit is not None:
+        identity = _authenticated_identity(ctx)
+        if identity is not None:
+            explicit = f"{identity}/{explicit}"
     connection = connection_of(ctx)
     if not is_modern(ctx):
         state = connection.state

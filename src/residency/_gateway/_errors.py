@@ -7,13 +7,15 @@ that crashed) becomes an ``isError`` tool result whose text is the error's messa
 tool or resource) or a failure of the gateway (a broken store) becomes a JSON-RPC error.
 
 Rules are tried in order; the first whose type matches wins, so subclasses come before their
-bases. Every text passes through ``Secrets.redact`` first.
+bases. Every text passes through ``Secrets.redact`` first, and so does every result an upstream
+returns (``redact_result``): an upstream that quotes its own env or headers in a result, an
+``isError`` one above all, must not hand them to the client.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp_types as types
 from mcp import MCPError
@@ -22,7 +24,7 @@ from residency import _errors as domain
 from residency._gateway._config import Secrets
 from residency._gateway._upstream import UpstreamFailure
 
-__all__ = ["ERROR_META_KEY", "RULES", "Rule", "error_result", "rule_for", "to_mcp_error"]
+__all__ = ["ERROR_META_KEY", "RULES", "Rule", "error_result", "redact_result", "rule_for", "to_mcp_error"]
 
 ERROR_META_KEY = "residency/error"
 
@@ -60,11 +62,14 @@ RULES: tuple[Rule, ...] = (
     Rule(domain.IllegalTransition, "illegal_transition", True, types.INVALID_PARAMS),
     Rule(domain.UnrecoverablePruneError, "unrecoverable_prune", True, types.INVALID_PARAMS),
     *_optional("UnverifiedSummary", "unverified_summary", True, types.INVALID_PARAMS),
+    Rule(domain.SessionConflict, "session_conflict", False, types.INTERNAL_ERROR),
+    Rule(domain.ConcurrentUse, "concurrent_use", False, types.INTERNAL_ERROR),
     Rule(domain.NotFound, "not_found", False, types.INVALID_PARAMS),
     Rule(domain.SchemaError, "schema_error", True, types.INVALID_PARAMS),
     Rule(domain.ConfigError, "config_error", False, types.INVALID_PARAMS),
     Rule(domain.InvalidInput, "invalid_input", True, types.INVALID_PARAMS),
     Rule(domain.IntegrityError, "integrity_error", False, types.INTERNAL_ERROR),
+    Rule(domain.StoreConflict, "store_conflict", False, types.INTERNAL_ERROR),
     Rule(domain.StoreError, "store_error", False, types.INTERNAL_ERROR),
     Rule(domain.ResidencyError, "residency_error", False, types.INTERNAL_ERROR),
 )
@@ -116,3 +121,41 @@ def call_outcome(error: BaseException, secrets: Secrets) -> types.CallToolResult
     if rule is not None and rule.as_result:
         return error_result(error, secrets)
     raise to_mcp_error(error, secrets)
+
+
+_J = TypeVar("_J")
+
+
+def _scrub(value: _J, redact: Any) -> _J:
+    """``value`` (JSON data) with every string, and every object key, passed through ``redact``."""
+    if isinstance(value, str):
+        out: Any = redact(value)
+    elif isinstance(value, list):
+        out = [_scrub(v, redact) for v in value]
+    elif isinstance(value, dict):
+        out = {redact(k): _scrub(v, redact) for k, v in value.items()}
+    else:
+        out = value
+    return out  # type: ignore[no-any-return]
+
+
+def redact_result(result: types.CallToolResult, secrets: Secrets) -> types.CallToolResult:
+    """``result`` with every secret value in it replaced by ``***``.
+
+    Every string counts: text content, resource text, structured content and ``_meta``, keys
+    included. Cheap when nothing matches: with no secrets the result is returned as it is, and
+    otherwise one JSON dump is searched before anything is rebuilt.
+
+    Args:
+        result: a tool result as an upstream sent it.
+        secrets: the values to scrub.
+
+    Returns:
+        ``result`` itself when no secret appears in it, else a scrubbed copy.
+    """
+    if not secrets:
+        return result
+    if not secrets.found_in_json(result.model_dump_json(by_alias=True, exclude_unset=True)):
+        return result
+    data = result.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return types.CallToolResult.model_validate(_scrub(data, secrets.redact))

@@ -14,7 +14,15 @@ Paths:
 Bound to 127.0.0.1 by default, with DNS-rebinding protection on (a request whose ``Host`` is
 not the bound address gets 421). Binding elsewhere keeps the protection, allowing that host.
 With a token, every request must carry ``Authorization: Bearer <token>`` (compared in constant
-time); others get 401 and never reach MCP.
+time); others get 401 and never reach MCP. A request that passes is marked with the token's
+identity (``IDENTITY_STATE`` in the ASGI scope's state), to which ``_connection`` binds the
+session keys it names.
+
+Exposure. ``serve_http`` refuses to bind beyond loopback (anything but 127.0.0.0/8, ``::1`` and
+``localhost``) without a token unless ``insecure`` is given, and ``http_app`` refuses an empty
+token (it would turn authentication off). ``residency serve`` also refuses tokens shorter than
+``MIN_TOKEN_CHARS`` characters or with characters other than visible ASCII
+(``token_problem``).
 
 The token and the ``Host`` check guard ``/healthz`` and ``/metrics`` exactly as they guard
 ``/mcp``: both name every upstream and ``/metrics`` names refusal reasons, and a scraper can
@@ -25,6 +33,7 @@ whoever can reach the bound address, as ``/mcp`` is.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -36,18 +45,65 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from residency._core._tools import JSONObject
+from residency._errors import ConfigError
 from residency._gateway._config import Secrets
+from residency._gateway._connection import IDENTITY_STATE, token_identity
 from residency._gateway._resources import upstream_status
 from residency._gateway._server import Gateway
 from residency._gateway._upstream import Upstream
 
-__all__ = ["BearerToken", "bind", "health", "http_app", "serve_http"]
+__all__ = [
+    "MIN_TOKEN_CHARS",
+    "BearerToken",
+    "bind",
+    "exposure_problem",
+    "health",
+    "http_app",
+    "is_loopback",
+    "serve_http",
+    "token_problem",
+]
 
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _NO_STORE = {"cache-control": "no-store"}
+
+MIN_TOKEN_CHARS = 16
+"""Shortest bearer token ``residency serve`` accepts (16 random characters are ~95 bits)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (127.0.0.0/8, ``::1``) or ``localhost``."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
+
+
+def token_problem(token: str) -> str | None:
+    """What is wrong with ``token`` as a bearer token, or None."""
+    if not token:
+        return "is empty, which would turn authentication off"
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"is {len(token)} characters; use at least {MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 32`)"
+    if not all("!" <= c <= "~" for c in token):
+        return "may hold only visible ASCII characters (no spaces), as an HTTP header carries it"
+    return None
+
+
+def exposure_problem(host: str, token: str | None, *, insecure: bool = False) -> str | None:
+    """Why serving on ``host`` with ``token`` is refused, or None."""
+    if token or insecure or is_loopback(host):
+        return None
+    return (
+        f"refusing to serve on {host!r} without a bearer token: anyone who can reach it could call "
+        "every upstream tool. Set a token (RESIDENCY_TOKEN, --token or residency.token), bind "
+        "127.0.0.1, or pass --insecure if something in front of the gateway authenticates"
+    )
 
 
 class BearerToken:
@@ -56,6 +112,7 @@ class BearerToken:
     def __init__(self, app: ASGIApp, token: str) -> None:
         self._app = app
         self._expected = f"Bearer {token}".encode()
+        self._identity = token_identity(token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -72,6 +129,8 @@ class BearerToken:
                     {"type": "http.response.body", "body": b'{"error":"missing or wrong bearer token"}'}
                 )
                 return
+            # Authenticated: session keys this request names are bound to the token's identity.
+            scope.setdefault("state", {})[IDENTITY_STATE] = self._identity
         await self._app(scope, receive, send)
 
 
@@ -122,7 +181,13 @@ def _operator_routes(gateway: Gateway, security: TransportSecuritySettings) -> l
 
 
 def http_app(gateway: Gateway, *, host: str = "127.0.0.1", token: str | None = None) -> ASGIApp:
-    """The gateway's ASGI app: ``/mcp`` (streamable HTTP, SSE responses), ``/healthz``, ``/metrics``."""
+    """The gateway's ASGI app: ``/mcp`` (streamable HTTP, SSE responses), ``/healthz``, ``/metrics``.
+
+    Raises:
+        ConfigError: ``token`` is the empty string (None means no token).
+    """
+    if token == "":
+        raise ConfigError("the bearer token is empty, which would turn authentication off", where="token")
     security = _security(host)
     # The operator routes ride on the SDK's own app, so its lifespan (the session manager)
     # runs as it would without them.
@@ -158,14 +223,30 @@ async def serve_http(
     *,
     host: str = "127.0.0.1",
     token: str | None = None,
+    insecure: bool = False,
     started: Callable[[str], Awaitable[None] | None] | None = None,
 ) -> None:
-    """Serve the gateway on ``sock`` until cancelled (uvicorn on the running event loop)."""
+    """Serve the gateway on ``sock`` until cancelled (uvicorn on the running event loop).
+
+    Raises:
+        ConfigError: ``host`` is beyond loopback with no token and not ``insecure``, or the
+            token is empty (see the module docstring).
+    """
     import uvicorn
 
+    problem = exposure_problem(host, token, insecure=insecure)
+    if problem is not None:
+        raise ConfigError(problem, where="host")
     app = http_app(gateway, host=host, token=token)
+    # log_config=None: uvicorn's records go through the process's own handlers (which scrub
+    # secrets, see ``residency._cli._serve``) instead of handlers of its own.
     config = uvicorn.Config(
-        app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=2
+        app,
+        log_level="warning",
+        log_config=None,
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=2,
     )
     server = uvicorn.Server(config)
     port = sock.getsockname()[1]

@@ -1,9 +1,9 @@
 """The gateway's own tools: ``search_tools``, ``reexpand_tools``, ``check_chain``.
 
-Always listed and kept small. ``reexpand_tools`` carries the session's tombstones in its
-description in the handshake era (one line per tool, so the model sees them in ``tools/list``);
-in the 2026-07-28 era the list must not vary per session, so the description stays fixed and
-tombstones travel in results and the ``residency://tombstones`` resource.
+Always listed, kept small, and the same on every call: a host's prompt cache is keyed on the
+tool list, so nothing that changes turn by turn goes in it. Tombstones reach the model in the
+result of the call that creates them (the gateway appends them to it) and in the
+``residency://tombstones`` resource; a call to a tombstoned tool is refused with its tombstone.
 
 Each handler takes the session and the raw arguments and returns a ``CallToolResult``; bad
 arguments give an ``isError`` result naming the field.
@@ -21,7 +21,7 @@ from residency._core._lifecycle import ToolState
 from residency._core._tools import JSONObject
 from residency._errors import IllegalTransition, InvalidInput, NotFound
 from residency._gateway._aggregate import Catalog
-from residency._gateway._search import search
+from residency._gateway._search import catalog_index
 from residency._session import Session
 
 __all__ = [
@@ -41,6 +41,7 @@ CHECK_CHAIN = "check_chain"
 META_TOOLS = (SEARCH_TOOLS, REEXPAND_TOOLS, CHECK_CHAIN)
 
 MAX_NAMES = 20
+_WITHHELD = frozenset({ToolState.TOMBSTONED, ToolState.EVICTED})
 _READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "openWorldHint": False}
 
 _REEXPAND_BASE = (
@@ -49,13 +50,16 @@ _REEXPAND_BASE = (
 )
 
 
-def meta_tool_definitions(tombstones: Sequence[str] | None) -> list[JSONObject]:
-    """The meta-tools as ``tools/list`` entries; ``tombstones`` (handshake era) go in a description."""
+def meta_tool_definitions(tombstones: Sequence[str] | None = None) -> list[JSONObject]:
+    """The meta-tools as ``tools/list`` entries: the same for every session on every call.
+
+    Args:
+        tombstones: ignored, kept so that older callers still work. Tombstone lines no longer
+            go in ``reexpand_tools``' description: they changed the list, and so the host's
+            cached prompt, every time a tool was withheld.
+    """
+    del tombstones
     reexpand = _REEXPAND_BASE
-    if tombstones:
-        reexpand += "\nWithheld tools whose earlier arguments are still in the conversation:\n" + "\n".join(
-            tombstones
-        )
     return [
         {
             "name": SEARCH_TOOLS,
@@ -132,18 +136,25 @@ def _bad(field: str, expected: str) -> types.CallToolResult:
 
 
 def search_tools(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
-    """BM25 over the session's withheld tools (tombstoned or evicted; never archived)."""
+    """Rank the session's withheld tools (tombstoned or evicted; never archived) against a query."""
     query = arguments.get("query")
     limit = arguments.get("limit", 5)
     if not isinstance(query, str) or not query.strip() or len(query) > 500:
         return _bad("query", "a non-empty string of at most 500 characters")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 50:
         return _bad("limit", "an integer from 1 to 50")
-    withheld = {ToolState.TOMBSTONED, ToolState.EVICTED}
-    states = {n: session.state(n) for n in session.tools() if n in catalog}
-    docs = [catalog.get(n).definition for n, s in states.items() if s in withheld]  # type: ignore[union-attr]
-    hits = search(query, docs, limit)
-    found = [{"name": h.name, "description": h.summary, "state": states[h.name].value} for h in hits]
+
+    # The catalog's shared index, filtered to this session's withheld tools: never resident or
+    # archived ones, and never a tool the session does not know. The test is asked only of the
+    # best-ranked tools, so a query does not walk the session's whole catalog.
+    def withheld(name: str) -> bool:
+        try:
+            return session.state(name) in _WITHHELD
+        except NotFound:
+            return False
+
+    hits = catalog_index(catalog).search(query, limit=limit, among=withheld)
+    found = [{"name": h.name, "description": h.summary, "state": session.state(h.name).value} for h in hits]
     if not found:
         text = f"No withheld tool matches {query!r}."
     else:

@@ -12,6 +12,16 @@ be cancelled: Ctrl-C would wait for the client's next line. So stdin is read her
 loop (``anyio.wait_readable``), and handed to ``stdio_server`` as an ``AsyncFile``; stdout is
 still claimed by the SDK. When stdin closes, the connection ends and requests still in flight
 are cancelled (the SDK's rule): a client reads its answers before it closes stdin.
+
+A stdin line is at most ``MAX_LINE_BYTES`` (4 MiB, what the HTTP transport allows a body). A
+longer one is never held whole: its bytes are dropped up to the next newline, the request it
+carried is answered with a JSON-RPC error (``-32600``, ``data.reason`` ``"message_too_large"``)
+when its ``id`` appears in its first 64 KiB, and the gateway reads on.
+
+Exposure. Over HTTP the token comes from ``--token``, else ``RESIDENCY_TOKEN``, else the
+config's ``residency.token`` (the first one given wins, even empty); it must pass
+``token_problem`` (at least 16 visible ASCII characters). Without one, ``serve`` binds only
+loopback unless ``--insecure`` is given (``exposure_problem``).
 """
 
 from __future__ import annotations
@@ -23,7 +33,7 @@ import signal
 import stat
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,28 +41,47 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
+import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from residency._errors import ConfigError
 from residency._gateway._config import GatewayConfig, ResidencySettings, Secrets, load_config, parse_config
 from residency._gateway._demo import IncidentDesk
-from residency._gateway._http import bind, serve_http
+from residency._gateway._http import bind, exposure_problem, is_loopback, serve_http, token_problem
 from residency._gateway._server import Gateway
 from residency._gateway._upstream import Upstream
 
-__all__ = ["DEMO_CONFIG", "ServeOptions", "fresh_stdio_session", "serve", "startup_summary"]
+__all__ = [
+    "DEMO_CONFIG",
+    "MAX_LINE_BYTES",
+    "TOKEN_ENV",
+    "ServeOptions",
+    "fresh_stdio_session",
+    "serve",
+    "startup_summary",
+]
 
 DEMO_CONFIG = """{
   "mcpServers": {},
-  "residency": {"budget": {"schema_tokens": 1200, "argument_tokens": 20000}, "minify": "compact"}
+  "residency": {"budget": {"schema_tokens": 700, "argument_tokens": 20000}, "minify": "compact"}
 }"""
 """The demo desk's policy: a schema budget tight enough that, after a few read-only calls, a
 mutation tool called earlier is demoted and tombstoned (the seed-000 scenario)."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _READ_SIZE = 1 << 16
+
+MAX_LINE_BYTES = 4 << 20
+"""Longest stdin line (one JSON-RPC message) read: 4 MiB, as the HTTP transport caps a body."""
+
+TOKEN_ENV = "RESIDENCY_TOKEN"
+"""The environment variable that carries the bearer token (kept out of the process list)."""
+
+_ID_WINDOW = 1 << 16
+logger = logging.getLogger("residency.gateway")
 
 
 def fresh_stdio_session() -> str:
@@ -77,6 +106,7 @@ class ServeOptions:
     timeout: float | None = None
     demo: bool = False
     secrets: Secrets = field(default_factory=Secrets)
+    insecure: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Mapping[str, str]) -> ServeOptions:
@@ -97,9 +127,12 @@ class ServeOptions:
                     f"--store: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", where="--store"
                 ) from None
             config = config.model_copy(update={"residency": settings})
-        token = args.token or environ.get("RESIDENCY_TOKEN") or None
-        if token is None and config.residency.token is not None:
-            token = config.residency.token.get_secret_value()
+        token = _token(args, environ, config) if args.transport == "http" else None
+        insecure = bool(args.insecure)
+        if args.transport == "http":
+            problem = exposure_problem(args.host, token, insecure=insecure)
+            if problem is not None:
+                raise ConfigError(problem, where="--host")
         session = args.session or environ.get("RESIDENCY_SESSION") or None
         if session is None and args.transport == "stdio":
             session = fresh_stdio_session()
@@ -116,7 +149,29 @@ class ServeOptions:
             timeout=args.timeout,
             demo=demo,
             secrets=secrets,
+            insecure=insecure,
         )
+
+
+def _token(args: argparse.Namespace, environ: Mapping[str, str], config: GatewayConfig) -> str | None:
+    """The HTTP bearer token: ``--token``, else ``RESIDENCY_TOKEN``, else the config's.
+
+    Raises:
+        ConfigError: the one given is empty, too short or not visible ASCII.
+    """
+    token: str
+    if args.token is not None:
+        token, source = args.token, "--token"
+    elif TOKEN_ENV in environ:
+        token, source = environ[TOKEN_ENV], TOKEN_ENV
+    elif config.residency.token is not None:
+        token, source = config.residency.token.get_secret_value(), f"{config.source}: residency.token"
+    else:
+        return None
+    problem = token_problem(token)
+    if problem is not None:
+        raise ConfigError(f"the bearer token ({source}) {problem}", where=source)
+    return token
 
 
 # -- the startup summary ----------------------------------------------------------------------
@@ -151,6 +206,11 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
         where = f" at {url}" if url else f" on {options.host}:{options.port}"
         auth = ", bearer token required" if options.token else ""
         lines.append(f"transport http{where}{auth}")
+        if not options.token and not is_loopback(options.host):
+            lines.append(
+                f"WARNING: no bearer token on {options.host} (--insecure): whoever can reach it can "
+                "call every upstream tool"
+            )
     else:
         lines.append("transport stdio")
     lines.append(f"store {redact(redact_url(settings.store))}")
@@ -158,7 +218,7 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
     idle = "off" if budget.idle_turns is None else str(budget.idle_turns)
     lines.append(
         f"budget schema_tokens={budget.schema_tokens} argument_tokens={budget.argument_tokens} "
-        f"idle_turns={idle}"
+        f"idle_turns={idle} planner={budget.planner}"
     )
     lines.append(f"minify {settings.minify}")
     key = options.session
@@ -254,6 +314,8 @@ async def _run_gateway(options: ServeOptions) -> None:
         if options.transport == "stdio":
             _say(startup_summary(gateway, options))
             async with _stdin() as stdin, stdio_server(stdin=stdin) as (read, write):
+                if isinstance(stdin, _StdinLines):
+                    stdin.refuse = _refuser(write)
                 await gateway.server.run(read, write, gateway.server.create_initialization_options())
             return
         sock = bind(options.host, options.port)
@@ -262,7 +324,9 @@ async def _run_gateway(options: ServeOptions) -> None:
             _say(startup_summary(gateway, options, url))
             _say(f"residency: serving MCP at {url}")
 
-        await serve_http(gateway, sock, host=options.host, token=options.token, started=started)
+        await serve_http(
+            gateway, sock, host=options.host, token=options.token, insecure=options.insecure, started=started
+        )
 
 
 def _say(text: str) -> None:
@@ -274,11 +338,16 @@ def _say(text: str) -> None:
 # -- stdin, read on the event loop ------------------------------------------------------------
 
 
+Refusal = Callable[["types.RequestId | None", int], Awaitable[None]]
+"""Answers a dropped oversized line: its request id (None when not found) and its size."""
+
+
 class _StdinLines(anyio.AsyncFile[str]):
     """Lines from a file descriptor, awaited on the event loop so a cancellation ends the wait.
 
     A descriptor the loop cannot poll (a regular file, which never blocks for long) is read in a
-    worker thread instead.
+    worker thread instead. A line over ``MAX_LINE_BYTES`` is dropped as it streams in (only its
+    first ``_ID_WINDOW`` bytes are kept, to find its request id) and ``refuse`` is awaited.
     """
 
     def __init__(self, fd: int) -> None:
@@ -286,20 +355,59 @@ class _StdinLines(anyio.AsyncFile[str]):
         super().__init__(open(fd, encoding="utf-8", errors="replace", closefd=False))  # noqa: SIM115
         self._fd = fd
         self._buffer = bytearray()
+        self._scanned = 0  # the buffer holds no newline before this offset
         self._eof = False
         self._pollable = not stat.S_ISREG(os.fstat(fd).st_mode)
+        self._head: bytes | None = None  # set while an oversized line is being dropped
+        self._dropped = 0
+        self.refuse: Refusal | None = None
 
     async def readline(self) -> str:
         while True:
-            end = self._buffer.find(b"\n")
-            if end >= 0 or self._eof:
-                size = end + 1 if end >= 0 else len(self._buffer)
-                line = bytes(self._buffer[:size])
+            end = self._buffer.find(b"\n", self._scanned)
+            if end >= 0:
+                size = end + 1
+                if self._head is None and end <= MAX_LINE_BYTES:
+                    line = bytes(self._buffer[:size])
+                    del self._buffer[:size]
+                    self._scanned = 0
+                    return line.decode("utf-8", errors="replace")
+                head = self._head if self._head is not None else bytes(self._buffer[:_ID_WINDOW])
+                total = self._dropped + size
                 del self._buffer[:size]
+                self._scanned, self._head, self._dropped = 0, None, 0
+                await self._refused(head, total)
+                continue
+            if self._head is not None or len(self._buffer) > MAX_LINE_BYTES:
+                # Over the limit with no end in sight: keep the head, drop the rest as it comes.
+                if self._head is None:
+                    self._head = bytes(self._buffer[:_ID_WINDOW])
+                self._dropped += len(self._buffer)
+                self._buffer.clear()
+            self._scanned = len(self._buffer)
+            if self._eof:
+                if self._head is not None:
+                    head, total = self._head, self._dropped
+                    self._head, self._dropped = None, 0
+                    await self._refused(head, total)
+                line = bytes(self._buffer)
+                self._buffer.clear()
+                self._scanned = 0
                 return line.decode("utf-8", errors="replace")
             chunk = await self._read()
             self._eof = not chunk
             self._buffer += chunk
+
+    async def _refused(self, head: bytes, size: int) -> None:
+        request_id = _request_id(head)
+        logger.warning(
+            "dropped a stdin message of %d bytes (over the %d-byte limit); request id %s",
+            size,
+            MAX_LINE_BYTES,
+            "unknown" if request_id is None else repr(request_id),
+        )
+        if self.refuse is not None:
+            await self.refuse(request_id, size)
 
     async def _read(self) -> bytes:
         if self._pollable:
@@ -311,6 +419,70 @@ class _StdinLines(anyio.AsyncFile[str]):
                 # Readable: data or end of file is there, so this read does not block.
                 return os.read(self._fd, _READ_SIZE)
         return await anyio.to_thread.run_sync(os.read, self._fd, _READ_SIZE)
+
+
+def _refuser(write: Any) -> Refusal:
+    """Answers a dropped request on the wire (a request whose id is unknown gets no answer)."""
+
+    async def refuse(request_id: types.RequestId | None, size: int) -> None:
+        if request_id is None:
+            return
+        error = types.ErrorData(
+            code=types.INVALID_REQUEST,
+            message=(
+                f"message of {size:,} bytes refused: a stdio message may be at most {MAX_LINE_BYTES:,} bytes"
+            ),
+            data={"reason": "message_too_large", "limit": MAX_LINE_BYTES},
+        )
+        await write.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)))
+
+    return refuse
+
+
+def _request_id(head: bytes) -> types.RequestId | None:
+    """The top-level ``"id"`` of a JSON-RPC message from its first bytes, or None.
+
+    A small scanner, not a parser: it tracks strings and nesting so that an ``"id"`` inside
+    ``params`` is not taken for the request's, and stops where ``head`` ends.
+    """
+    text = head.decode("utf-8", errors="replace")
+    depth = 0
+    i, n = 0, len(text)
+    key: str | None = None
+    expect_key = False
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            if j >= n:
+                return None
+            string = text[i + 1 : j]
+            if depth == 1 and expect_key:
+                key = string
+            elif depth == 1 and key == "id":
+                return string
+            i = j + 1
+            continue
+        if c in "{[":
+            depth += 1
+            expect_key = c == "{" and depth == 1
+        elif c in "}]":
+            depth -= 1
+        elif depth == 1 and c == ",":
+            expect_key, key = True, None
+        elif depth == 1 and c == ":":
+            expect_key = False
+        elif depth == 1 and key == "id" and (c == "-" or c.isdigit()):
+            j = i + 1
+            while j < n and text[j].isdigit():
+                j += 1
+            if j >= n or (j == i + 1 and c == "-"):
+                return None
+            return int(text[i:j])
+        i += 1
+    return None
 
 
 @asynccontextmanager

@@ -32,7 +32,31 @@ stays refused until it is re-expanded explicitly.
 
 Upstreams start in parallel. The gateway serves once every upstream has started or failed, or
 after ``ready_wait`` seconds; one still starting joins later (its tools are announced like any
-other change), so a hung upstream holds up no one.
+other change), so a hung upstream holds up no one. One that fails to start is tried again in
+the background, after 1, 2, 4, ... seconds (at most ``START_RETRY_MAX`` apart), until it starts.
+
+Rug pulls. An upstream may change a tool's definition at any time: after announcing it
+(``tools/list_changed``), silently, or across a restart. The catalog remembers which version of
+each upstream's list it was built from, and a call is forwarded only under the definition the
+session pinned when the call came in:
+
+1. the call is admitted against the session's pin (a session that missed a catalog update
+   catches up first), which records its arguments;
+2. if the upstream's list may have moved (a change announced or being listed, the connection
+   down, or ``relist_interval`` seconds since the last listing), it is brought up to date
+   first: restarted (a start lists) or re-listed, waiting for a relist already in flight, and
+   a changed list is applied to the catalog and every open session;
+3. if the tool's definition is no longer the one pinned at step 1, the call is not sent: the
+   session has re-registered it, and the redefinition tombstoned it (its arguments are visible),
+   so the agent gets the tombstone and ``reexpand_tools`` gives the new schema. A tool renamed
+   (even only in case) is a new tool; the old name is offered by no one and is never routed to
+   the new definition.
+
+The upstream refuses to send a call checked against a version of its list that has moved since
+(``ToolsChanged``), which closes the gap between steps 2 and 3 and the send. Step 2 costs
+nothing on most calls (two comparisons); a listing round trip happens at most once per
+``relist_interval`` per upstream, or after an announcement, so a silent change is noticed
+within that interval. Announcements are coalesced (see ``_upstream``).
 
 The gateway assumes call arguments stay in the transcript (it cannot edit it), so the planner
 gets no argument budget, unless the host takes part: a host that sends
@@ -48,6 +72,7 @@ null for none) on a ``tools/call``; from then on it alone chooses that session's
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 import time
@@ -67,20 +92,21 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated, T
 from residency._core._lifecycle import ToolState
 from residency._core._planner import Budget
 from residency._core._tools import JSONObject, parse_tool
-from residency._errors import NotFound, ResidencyError, StoreError
+from residency._errors import NotFound, ResidencyError, SessionConflict
 from residency._gateway import _meta_tools as meta
 from residency._gateway import _resources as res
-from residency._gateway._aggregate import Catalog, build_catalog
+from residency._gateway._aggregate import Catalog, CatalogEntry, build_catalog
 from residency._gateway._config import GatewayConfig, Secrets
 from residency._gateway._connection import ListChangedServer, connection_of, is_modern, session_key
-from residency._gateway._errors import call_outcome, error_result, rule_for, to_mcp_error
+from residency._gateway._errors import call_outcome, error_result, redact_result, rule_for, to_mcp_error
 from residency._gateway._sessions import GatewaySession, SessionTable, View, store_id
 from residency._gateway._telemetry import Telemetry, meta_tool_tokens
-from residency._gateway._upstream import Upstream, UpstreamFailure
+from residency._gateway._upstream import ToolsChanged, Upstream, UpstreamFailure
 from residency._session import Session
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
 from residency._tokens import count_tokens
+from residency._tool_ops import TurnPlan
 
 __all__ = ["Gateway"]
 
@@ -93,23 +119,24 @@ PHASE_META_KEY = "residency/phase"
 _UNBOUNDED = 1 << 62
 ANONYMOUS = "anonymous"
 """The key of a throwaway session given to a caller that names none and has no identity."""
+RELIST_INTERVAL = 30.0
+"""Seconds after which a call re-lists its upstream before it is forwarded (``relist_interval``)."""
+START_RETRY_FIRST = 1.0
+START_RETRY_MAX = 15.0
+"""Seconds between attempts to start an upstream whose start failed (doubling from the first)."""
+_SEND_ATTEMPTS = 3
 
 
 def open_store(url: str) -> Store:
-    """The store for a URL (``memory://`` or ``sqlite:///path``).
+    """The store for a URL (``memory://``, ``sqlite:///path`` or ``postgresql://...``).
 
     Raises:
         ConfigError: an unknown URL.
         StoreError: the store cannot be opened.
     """
-    if url in ("memory:", "memory://"):
-        return MemoryStore()
-    try:
-        module = importlib.import_module("residency._store._sqlite")
-    except ImportError:
-        raise StoreError(f"cannot open {url!r}: the SQLite store is not available in this build") from None
-    store: Store = module.open_store(url)
-    return store
+    from residency._store import open_store as open_by_url
+
+    return open_by_url(url)
 
 
 def _unminified(tool: JSONObject) -> JSONObject:
@@ -148,6 +175,9 @@ class Gateway:
         default_session: the session key for requests that name none (stdio: one client per
             process, so its session survives a restart); None gives each connection its own.
         timeout: seconds per upstream call (``config.residency.call_timeout`` if omitted).
+        relist_interval: seconds after which a call re-lists its upstream before it is
+            forwarded, so a change made without ``tools/list_changed`` is noticed within it
+            (``config.residency.relist_interval`` if set, else ``RELIST_INTERVAL``).
     """
 
     def __init__(
@@ -158,6 +188,7 @@ class Gateway:
         store: Store | None = None,
         default_session: str | None = None,
         timeout: float | None = None,
+        relist_interval: float | None = None,
     ) -> None:
         self.config = config if config is not None else GatewayConfig()
         settings = self.config.residency
@@ -167,11 +198,16 @@ class Gateway:
         self.default_session = default_session
         self._budget = settings.budget.budget()
         # What the planner gets when the host keeps every argument (the usual case).
-        self._schema_budget = Budget(self._budget.schema_tokens, _UNBOUNDED, self._budget.idle_turns)
+        self._schema_budget = dataclasses.replace(self._budget, argument_tokens=_UNBOUNDED)
         self._minify = _minifier(settings.minify)
         self._store = store
         self._owns_store = store is None
         call_timeout = timeout if timeout is not None else settings.call_timeout
+        if relist_interval is None:
+            relist_interval = settings.relist_interval
+        self.relist_interval = relist_interval
+        # The version of each upstream's tool list the catalog was built from.
+        self._applied: dict[str, int] = {}
         self.upstreams: dict[str, Upstream] = {}
         startup = settings.startup_timeout
         for name, entry in self.config.enabled_servers.items():
@@ -247,17 +283,26 @@ class Gateway:
 
         async def start(upstream: Upstream) -> None:
             nonlocal pending
-            joined = False
-            try:
-                await upstream.start(tg)
-                joined = True
-            except UpstreamFailure as exc:
-                logger.warning("%s", self.secrets.redact(str(exc)))
-            finally:
-                pending -= 1
-                if pending == 0:
-                    settled.set()
-            if joined and self._serving:
+            delay = START_RETRY_FIRST
+            attempt = 1
+            while True:
+                try:
+                    await upstream.start(tg)
+                    break
+                except UpstreamFailure as exc:
+                    log = logger.warning if attempt == 1 else logger.debug
+                    log("%s; trying again in %g s", self.secrets.redact(str(exc)), delay)
+                finally:
+                    if attempt == 1:
+                        pending -= 1
+                        if pending == 0:
+                            settled.set()
+                await anyio.sleep(delay)
+                delay = min(delay * 2, START_RETRY_MAX)
+                attempt += 1
+            if attempt > 1:
+                logger.info("upstream %s started (attempt %d)", upstream.name, attempt)
+            if self._serving:
                 await self._apply_catalog()  # a late upstream: its tools are news to every session
 
         for upstream in self.upstreams.values():
@@ -280,6 +325,7 @@ class Gateway:
         offered: dict[str, list[JSONObject]] = {}
         for name, upstream in self.upstreams.items():
             offered[name] = [t for t in upstream.tools if self._usable(name, t)]
+            self._applied[name] = upstream.version
         self.catalog = build_catalog(offered, reserved=meta.META_TOOLS, overrides=self._overrides)
         self._shown_cache.clear()
         self._catalog_tokens: int | None = None  # counted on first use: only telemetry needs it
@@ -306,10 +352,21 @@ class Gateway:
         return True
 
     async def _upstream_changed(self, upstream: Upstream) -> None:
+        """An upstream announced a change (called once at a time per upstream: coalesced)."""
         try:
             await self.reload(upstream.name)
         except UpstreamFailure as exc:
             logger.warning("%s", self.secrets.redact(str(exc)))
+
+    async def _refresh(self, upstream: Upstream, max_age: float) -> None:
+        """Bring an upstream's tools up to date (``Upstream.refresh``) and apply a changed list.
+
+        Raises:
+            UpstreamFailure: it could not be started or did not list its tools.
+        """
+        await upstream.refresh(max_age)
+        if upstream.version != self._applied.get(upstream.name):
+            await self._apply_catalog()
 
     async def reload(self, server: str | None = None) -> None:
         """List an upstream's tools again (all upstreams when ``server`` is None) and apply changes.
@@ -322,15 +379,19 @@ class Gateway:
         """
         names = [server] if server is not None else list(self.upstreams)
         for name in names:
-            await self.upstreams[name].relist()
-        await self._apply_catalog()
+            await self._refresh(self.upstreams[name], 0.0)
 
     async def _apply_catalog(self) -> None:
         """Rebuild the catalog from the upstreams' tools and bring every open session up to date."""
         self._rebuild_catalog()
         for gs in self._table:
             before = gs.view(self.catalog)
-            gs.session.register_tools(self.catalog.definitions())
+            try:
+                gs.session.register_tools(self.catalog.definitions())
+            except ResidencyError as exc:
+                # This session stays behind; its next call catches up (or is refused) in _forward.
+                logger.warning("session %s: %s", gs.key, self.secrets.redact(str(exc)))
+                continue
             await self._announce(gs, before, current=None)
 
     # -- sessions ----------------------------------------------------------------------------
@@ -375,11 +436,19 @@ class Gateway:
             if opened:
                 self.telemetry.set_sessions(len(self._table))
         if opened:
-            s = gs.session
-            s.register_tools(self.catalog.definitions())
-            if s.turn == 0:
-                s.plan_turn(self._turn_budget(gs))  # a new session: tools to the budget
+            try:
+                self._bring_up_to_date(gs)
+            except SessionConflict:
+                # Another writer (a second gateway on this key) moved the session while it was
+                # opened: it has caught up, so the work is done once more against its state.
+                self._bring_up_to_date(gs)
         return gs
+
+    def _bring_up_to_date(self, gs: GatewaySession) -> None:
+        s = gs.session
+        s.register_tools(self.catalog.definitions())
+        if s.turn == 0:
+            s.plan_turn(self._turn_budget(gs))  # a new session: tools to the budget
 
     def _request_session(self, ctx: ServerRequestContext[Any, Any]) -> GatewaySession:
         try:
@@ -406,8 +475,9 @@ class Gateway:
             instructions=(
                 "Tools from several MCP servers behind one gateway. Some tool schemas may be withheld "
                 "to save context: use search_tools to find them and reexpand_tools before calling one. "
-                "A withheld tool whose earlier arguments you can still see is listed in reexpand_tools' "
-                "description; call reexpand_tools first instead of rebuilding the call from memory."
+                "When a tool whose earlier arguments you can still see is withheld, the result of that "
+                "call says so (and residency://tombstones lists them); call reexpand_tools first "
+                "instead of rebuilding the call from memory."
             ),
             get_tool_input_schema=self._input_schema,
             on_list_tools=self._list_tools,
@@ -451,10 +521,9 @@ class Gateway:
         gs = self._request_session(ctx)
         s = gs.session
         resident = gs.resident_definitions(self.catalog)
-        tombstones = tuple(s.tombstones())
         tools = [self._tool_model(n, h, d) for n, h, d in resident]
-        tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions(tombstones)]
-        shown = sum(s.tool(n).tokens for n, _, _ in resident) + meta_tool_tokens(tombstones)
+        tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions()]
+        shown = sum(s.tool(n).tokens for n, _, _ in resident) + meta_tool_tokens(())
         self.telemetry.listed(gs.key, shown, self.catalog_tokens())
         if is_modern(ctx):
             # Per caller and liable to change at any turn: never cached, never shared.
@@ -464,6 +533,26 @@ class Gateway:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        # Another gateway may journal to this session too (one store, one session key). A
+        # SessionConflict means this gateway's copy was behind: it has caught up and applied
+        # nothing, so unless the call was already admitted (and so may have been forwarded), the
+        # work runs once more on the new state. A second conflict is the caller's to retry.
+        extra_meta: JSONObject = {}
+        try:
+            return await self._call_tool_once(ctx, params, extra_meta)
+        except (SessionConflict, MCPError) as exc:
+            if not _is_conflict(exc) or CALL_META_KEY in extra_meta:
+                if isinstance(exc, MCPError):
+                    raise
+                raise to_mcp_error(exc, self.secrets) from None
+        try:
+            return await self._call_tool_once(ctx, params, {})
+        except SessionConflict as exc:
+            raise to_mcp_error(exc, self.secrets) from None
+
+    async def _call_tool_once(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams, extra_meta: JSONObject
+    ) -> types.CallToolResult:
         gs = self._request_session(ctx)
         s = gs.session
         name = params.name
@@ -471,19 +560,29 @@ class Gateway:
         phase = self._host_phase(gs, ctx)
         self._host_evictions(gs, ctx)
         before = gs.view(self.catalog)
-        extra_meta: JSONObject = {}
         if name in meta.META_TOOLS:
             result = self._meta_call(gs, name, arguments)
         else:
             result = await self._forward(gs, name, arguments, extra_meta)
             if CALL_META_KEY in extra_meta and not gs.host_sets_phase:
                 phase = self._phase_after_call(phase, name)
+        budget = self._turn_budget(gs)
+        plan: TurnPlan | None = None
         try:
-            plan = s.plan_turn(self._turn_budget(gs), phase=phase)
+            try:
+                plan = s.plan_turn(budget, phase=phase)
+            except SessionConflict:
+                plan = s.plan_turn(budget, phase=phase)  # caught up: planned on the new state
+        except SessionConflict:
+            # The call's own work is done (it may have been forwarded): its result is not
+            # dropped for a plan. Losing a plan leaves a more cautious state; the next request
+            # plans the turn.
+            logger.warning("session %s: another writer keeps changing it; turn not planned", gs.key)
         except ResidencyError as exc:
             raise to_mcp_error(exc, self.secrets) from None
-        if gs.host_applies_evictions and plan.evictions:
+        if plan is not None and gs.host_applies_evictions and plan.evictions:
             extra_meta[EVICT_META_KEY] = list(plan.evictions)
+        _add_tombstone_notice(result, before[1], gs.view(self.catalog)[1])
         await self._announce(gs, before, current=ctx)
         if extra_meta:
             # The result is this call's own (fresh from the upstream client or a meta-tool).
@@ -521,15 +620,12 @@ class Gateway:
                     message=f"unknown tool {name!r}: use {meta.SEARCH_TOOLS} to find tools",
                     data={"reason": "not_found", "type": "NotFound", "tool": name},
                 )
-            # Known to the session but not offered now: a refusal still reads as one.
-            try:
-                s.authorize_call(name, arguments)
-            except ResidencyError as exc:
-                return call_outcome(exc, self.secrets)
-            if down:
-                return error_result(self._down_failure(name, down), self.secrets)
-            failure = UpstreamFailure(f"{name}: no upstream offers this tool any more", server="")
-            return error_result(failure, self.secrets)
+            return self._not_offered(gs, name, arguments, down)
+        if not _pinned(s, name, entry.hash):
+            # The session missed a catalog update (or was opened from an older journal).
+            problem = self._catch_up(gs)
+            if problem is not None:
+                return problem
         evicted = s.state(name) is ToolState.EVICTED
         try:
             record = s.admit_call(name, arguments, reexpand_evicted=True)
@@ -542,14 +638,90 @@ class Gateway:
         extra_meta[CALL_META_KEY] = record.id
         started = time.perf_counter()
         try:
-            result = await self.upstreams[entry.server].call(entry.upstream_name, arguments)
+            result = await self._send(gs, entry, arguments)
         except UpstreamFailure as exc:
             self.telemetry.forwarded(gs.key, name, entry.server, time.perf_counter() - started, ok=False)
             return error_result(exc, self.secrets)
+        if result is None:  # its definition changed under the call: not sent
+            return self._redefined_under_call(gs, name, arguments)
         self.telemetry.forwarded(
             gs.key, name, entry.server, time.perf_counter() - started, ok=not result.is_error
         )
-        return result
+        # An upstream may quote its own env or headers, in an isError result above all.
+        return redact_result(result, self.secrets)
+
+    async def _send(
+        self, gs: GatewaySession, entry: CatalogEntry, arguments: JSONObject
+    ) -> types.CallToolResult | None:
+        """Forward an admitted call under the definition it was admitted against (see "Rug pulls"
+        in the module docstring); None if that definition is no longer the upstream's.
+
+        Raises:
+            UpstreamFailure: the upstream failed, or did not answer (or list its tools) in time.
+        """
+        upstream = self.upstreams[entry.server]
+        for _ in range(_SEND_ATTEMPTS):
+            if not upstream.current(self.relist_interval) or upstream.version != self._applied.get(
+                entry.server
+            ):
+                await self._refresh(upstream, self.relist_interval)
+                now = self.catalog.get(entry.name)
+                if now is None or now.hash != entry.hash or not _pinned(gs.session, entry.name, entry.hash):
+                    return None
+            try:
+                return await upstream.call(
+                    entry.upstream_name, arguments, version=self._applied.get(entry.server)
+                )
+            except ToolsChanged:
+                continue  # its list moved after the check above: check again
+        raise UpstreamFailure(
+            f"upstream {entry.server!r} kept changing its tools; {entry.name!r} was not sent",
+            server=entry.server,
+        )
+
+    def _catch_up(self, gs: GatewaySession) -> types.CallToolResult | None:
+        """Bring one session's pins up to the catalog; the refusal to return if it cannot be."""
+        try:
+            gs.session.register_tools(self.catalog.definitions())
+        except ResidencyError as exc:
+            return call_outcome(exc, self.secrets)
+        return None
+
+    def _not_offered(
+        self, gs: GatewaySession, name: str, arguments: JSONObject, down: list[Upstream]
+    ) -> types.CallToolResult:
+        """A call to a tool the session knows but no upstream offers now: never forwarded."""
+        try:
+            gs.session.authorize_call(name, arguments)  # a refusal still reads as one
+        except ResidencyError as exc:
+            return call_outcome(exc, self.secrets)
+        if down:
+            return error_result(self._down_failure(name, down), self.secrets)
+        failure = UpstreamFailure(f"{name}: no upstream offers this tool any more", server="")
+        return error_result(failure, self.secrets)
+
+    def _redefined_under_call(
+        self, gs: GatewaySession, name: str, arguments: JSONObject
+    ) -> types.CallToolResult:
+        """The tool's definition changed between the call's admission and its sending."""
+        if name not in self.catalog:  # gone, or renamed (a name differing only in case is another tool)
+            return self._not_offered(gs, name, arguments, self._upstreams_down())
+        problem = self._catch_up(gs)
+        if problem is not None:
+            return problem
+        try:
+            # Its arguments are resident now, so the redefinition tombstoned it: the refusal.
+            gs.session.authorize_call(name, arguments)
+        except ResidencyError as exc:
+            rule = rule_for(exc)
+            self.telemetry.refused(gs.key, name, rule.reason if rule is not None else type(exc).__name__)
+            return call_outcome(exc, self.secrets)
+        failure = UpstreamFailure(
+            f"{name}: its definition changed upstream while the call was made; it was not sent. "
+            f"Call {meta.REEXPAND_TOOLS} to see the new definition.",
+            server=self.catalog.get(name).server,  # type: ignore[union-attr]
+        )
+        return error_result(failure, self.secrets)
 
     def _host_phase(self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> str | None:
         """The phase this turn is planned in: the host's choice if it sent one, else the session's.
@@ -602,19 +774,23 @@ class Gateway:
         after = gs.view(self.catalog)
         if after == before:
             return
-        self.telemetry.list_changed(gs.key)
+        # Tombstones are not in the list: a change of them alone leaves the list (and the
+        # host's cached prompt) alone and is announced on the resource only.
+        list_changed = after[0] != before[0]
         tombstones_changed = after[1] != before[1]
-        # 2026-07-28 listeners of this session (a bus with no listener drops it).
-        await gs.bus.publish(ToolsListChanged())
         here = connection_of(current) if current is not None else None
-        if current is not None and not is_modern(current):
-            # On the request's own stream: a client that never opens the standalone stream
-            # (stateful HTTP) still sees it.
-            await current.session.send_notification(
-                types.ToolListChangedNotification(), related_request_id=current.request_id
-            )
+        if list_changed:
+            self.telemetry.list_changed(gs.key)
+            # 2026-07-28 listeners of this session (a bus with no listener drops it).
+            await gs.bus.publish(ToolsListChanged())
+            if current is not None and not is_modern(current):
+                # On the request's own stream: a client that never opens the standalone stream
+                # (stateful HTTP) still sees it.
+                await current.session.send_notification(
+                    types.ToolListChangedNotification(), related_request_id=current.request_id
+                )
         for connection in list(gs.connections):
-            if connection is not here:
+            if list_changed and connection is not here:
                 await connection.send_tool_list_changed()
             if tombstones_changed and res.TOMBSTONES in connection.state.get("residency.subscriptions", ()):
                 await connection.send_resource_updated(res.TOMBSTONES)
@@ -678,6 +854,42 @@ class Gateway:
             f"retry when the upstream is back.",
             server=",".join(u.name for u in down),
         )
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """A ``SessionConflict``, raw or as the JSON-RPC error the error table made of it."""
+    if isinstance(exc, SessionConflict):
+        return True
+    data = exc.data if isinstance(exc, MCPError) else None
+    return isinstance(data, dict) and data.get("type") == SessionConflict.__name__
+
+
+def _pinned(session: Session, name: str, digest: str) -> bool:
+    """Whether the session pins ``name`` at ``digest`` (one dict lookup: on every call's path)."""
+    try:
+        return session.tool(name).hash == digest
+    except NotFound:
+        return False
+
+
+TOMBSTONE_NOTICE = "Withheld now:"
+"""The first line of the text block a call's result gets when the call created tombstones."""
+
+
+def _add_tombstone_notice(
+    result: types.CallToolResult, before: tuple[str, ...], after: tuple[str, ...]
+) -> None:
+    """Append the tombstones this call created to its result, as one more text block.
+
+    Tombstones are not in the tool list (it would change, and the host's cached prompt with
+    it, whenever a tool is withheld); the model learns of them here, in the result of the call
+    that creates them, and from ``residency://tombstones``.
+    """
+    known = set(before)
+    new = [line for line in after if line not in known]
+    if new:
+        notice = types.TextContent(type="text", text="\n".join([TOMBSTONE_NOTICE, *new]))
+        result.content = [*result.content, notice]
 
 
 def _is_call(session: Session, call_id: str) -> bool:

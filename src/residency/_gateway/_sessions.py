@@ -1,36 +1,179 @@
 """Downstream sessions: one ``residency.Session`` per session key, journaled to the store.
 
+Theory of operation
+-------------------
 A session is opened on its first request and reopened from the store after a restart (same
-key, same journal, so its tombstones come back). The in-memory table is bounded: the least
-recently used session is dropped from memory when it is full; its journal stays in the store
-and the next request reopens it.
+key, same journal, so its tombstones come back). Its journal is the truth; the ``Session``
+object in memory is a cache of it, and the table keeps that cache small:
+
+- **Closed sessions leave.** A handshake-era session whose every connection has closed (the
+  client's ``DELETE``, the end of a stdio pipe or an in-process client) is released from
+  memory; its journal stays and its next request reopens it. The SDK unwinds a connection's
+  ``exit_stack`` when the connection closes: the table registers one callback there per
+  connection (``GatewaySession.connections.add``).
+- **Live sessions are bounded.** At most ``limit`` sessions stay in memory; past it the least
+  recently used goes back to the store, sessions without an open connection first. A session
+  unused for ``idle`` seconds and without an open connection is released too (checked when a
+  session is opened, so an idle gateway does no work).
+- **One object per key.** A released session still held by a request in flight is found again
+  (a weak map) instead of being opened a second time: one process never has two writers on
+  one journal.
+- **The memory store is bounded by keys.** Its journals live in memory and exist nowhere else,
+  so releasing a session there frees only the cache. At most ``memory_limit`` session keys are
+  journaled in it; a new key past that is refused with ``SessionLimitReached``, and every known
+  key keeps working. Use a SQLite store for a gateway that meets many sessions.
+- **Listen buses follow their session.** A session's 2026-07-28 ``subscriptions/listen``
+  streams hang on its bus. A released session whose bus still has listeners parks the bus until
+  its last listener leaves, so a reopened session publishes to the same streams; a bus with no
+  listener leaves with its session.
 """
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any
 
 from mcp.server.connection import Connection
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ServerEvent
 
-from residency._core._lifecycle import ToolState
 from residency._core._tools import JSONObject
+from residency._errors import ResidencyError
 from residency._gateway._aggregate import Catalog
 from residency._session import Session
+from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
 
-__all__ = ["GatewaySession", "SessionTable", "View", "store_id"]
+__all__ = [
+    "IDLE_SECONDS",
+    "LIVE_LIMIT",
+    "MEMORY_LIMIT",
+    "GatewaySession",
+    "SessionLimitReached",
+    "SessionTable",
+    "View",
+    "store_id",
+]
 
 View = tuple[tuple[str, ...], tuple[str, ...]]
 """What a handshake-era client sees of a session: resident tool names and tombstone lines."""
 
+LIVE_LIMIT = 1000
+"""Sessions held in memory at most; the least recently used goes back to the store."""
+
+MEMORY_LIMIT = 1000
+"""Session keys a gateway journals in a memory store at most; new keys past it are refused."""
+
+IDLE_SECONDS = 900.0
+"""A session unused this long, with no open connection, is released from memory."""
+
+_PREFIX = "gateway/"
+_ATTACHED = "residency.attached"
+# How far from the least recently used end eviction looks for a session without a connection.
+_SCAN = 64
+
 
 def store_id(key: str) -> str:
     """The id a session key is journaled under."""
-    return f"gateway/{key}"
+    return _PREFIX + key
+
+
+class SessionLimitReached(ResidencyError):
+    """Raised when a new session key would exceed the memory store's limit of session keys.
+
+    With the memory store a session's journal exists only in memory, so it cannot be released
+    to make room. Keys already journaled keep working; a new one is refused and nothing is
+    changed. Serve with a SQLite store (``--store sqlite:///path.db``) to meet more sessions,
+    or have clients repeat a key (``Residency-Session``). ``limit`` is the limit.
+    """
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class _Bus(InMemorySubscriptionBus):
+    """A session's subscription bus that counts its listeners and says when the last one left."""
+
+    def __init__(self, key: str, on_idle: Callable[[_Bus], None]) -> None:
+        super().__init__()
+        self.key = key
+        self.listeners = 0
+        self._on_idle = on_idle
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        unsubscribe = super().subscribe(listener)
+        self.listeners += 1
+        left = False
+
+        def leave() -> None:
+            nonlocal left
+            if left:  # the SDK's unsubscribe is idempotent; so is the count
+                return
+            left = True
+            unsubscribe()
+            self.listeners -= 1
+            if self.listeners == 0:
+                self._on_idle(self)
+
+        return leave
+
+
+def _connection_closed(ref: weakref.ref[Connection], attached: weakref.WeakSet[GatewaySession]) -> None:
+    connection = ref()
+    if connection is None:
+        return
+    for gs in list(attached):
+        gs.connections.discard(connection)
+
+
+class Connections:
+    """The open handshake-era connections of a session.
+
+    Weak: a connection the SDK drops leaves on its own. ``add`` also watches the connection so
+    its close tells the session (see the module docstring).
+    """
+
+    def __init__(self, owner: GatewaySession) -> None:
+        self._owner = weakref.ref(owner)
+        self._live: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+    def add(self, connection: Connection) -> None:
+        """Attach ``connection`` (a no-op when attached already)."""
+        if connection in self._live:
+            return
+        owner = self._owner()
+        if owner is None:
+            return
+        attached: weakref.WeakSet[GatewaySession] | None = connection.state.get(_ATTACHED)
+        if attached is None:
+            # One callback per connection, however many sessions it meets: it holds no session.
+            attached = weakref.WeakSet()
+            connection.state[_ATTACHED] = attached
+            connection.exit_stack.callback(_connection_closed, weakref.ref(connection), attached)
+        attached.add(owner)
+        self._live.add(connection)
+
+    def discard(self, connection: Connection) -> None:
+        """Detach a closed connection; the session is released when it was the last one."""
+        if connection not in self._live:
+            return
+        self._live.discard(connection)
+        owner = self._owner()
+        if not self._live and owner is not None:
+            owner.last_connection_closed()
+
+    def __iter__(self) -> Iterator[Connection]:
+        return iter(list(self._live))
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __bool__(self) -> bool:
+        return len(self._live) > 0
 
 
 class GatewaySession:
@@ -41,10 +184,18 @@ class GatewaySession:
         self.session = session
         self.bus = bus
         self.listen = ListenHandler(bus)
-        self.connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+        self.connections = Connections(self)
         self.host_applies_evictions = False
         self.host_sets_phase = False
+        self.used = 0.0
+        """When a request last opened it (the table's clock)."""
         self._view: tuple[int, Catalog, View] | None = None
+        self._on_closed: Callable[[GatewaySession], None] | None = None
+
+    def last_connection_closed(self) -> None:
+        """Every connection of this session has closed: the table may release it."""
+        if self._on_closed is not None:
+            self._on_closed(self)
 
     def view(self, catalog: Catalog) -> View:
         """What the client sees, made again only when the session's revision or the catalog moved."""
@@ -52,7 +203,7 @@ class GatewaySession:
         known = self._view
         if known is not None and known[0] == s.revision and known[1] is catalog:
             return known[2]
-        resident = tuple(n for n in s.tools(ToolState.RESIDENT) if n in catalog)
+        resident = tuple(n for n in s.resident_tools() if n in catalog)
         view = resident, tuple(s.tombstones())
         self._view = (s.revision, catalog, view)
         return view
@@ -60,19 +211,48 @@ class GatewaySession:
     def resident_definitions(self, catalog: Catalog) -> list[tuple[str, str, JSONObject]]:
         """``(name, hash, shown)`` of the resident tools still offered upstream (shown: minified)."""
         s = self.session
-        specs = (s.tool(n) for n in s.tools(ToolState.RESIDENT) if n in catalog)
+        specs = (s.tool(n) for n in s.resident_tools() if n in catalog)
         return [(spec.name, spec.hash, spec.shown) for spec in specs]
 
 
 class SessionTable:
-    """Open sessions by key, least recently used first out."""
+    """Open sessions by key, bounded (see the module docstring).
 
-    def __init__(self, store: Store, factory: Callable[[str, Store], Session], *, limit: int = 4096) -> None:
+    Args:
+        store: where sessions are journaled.
+        factory: opens (or reopens from the store) the ``Session`` of a key.
+        limit: sessions held in memory at most.
+        memory_limit: with a ``MemoryStore``, session keys journaled at most.
+        idle: seconds after which an unused session without an open connection is released.
+        clock: monotonic seconds (a test's clock).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        factory: Callable[[str, Store], Session],
+        *,
+        limit: int = LIVE_LIMIT,
+        memory_limit: int = MEMORY_LIMIT,
+        idle: float = IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._store = store
         self._factory = factory
-        self._limit = limit
+        self._limit = max(1, limit)
+        self._memory_limit = memory_limit
+        self._idle = idle
+        self._clock = clock
         self._open: OrderedDict[str, GatewaySession] = OrderedDict()
-        self._buses: dict[str, InMemorySubscriptionBus] = {}
+        # Every session object still alive (held by the table or by a request in flight).
+        self._alive: weakref.WeakValueDictionary[str, GatewaySession] = weakref.WeakValueDictionary()
+        # Buses of released sessions that still have listeners.
+        self._parked: dict[str, _Bus] = {}
+        # What a released session's host had told it (not journaled): (evictions, phase).
+        self._hosts: OrderedDict[str, tuple[bool, bool]] = OrderedDict()
+        self._memory_keys: set[str] | None = None
+        if isinstance(store, MemoryStore):
+            self._memory_keys = {s[len(_PREFIX) :] for s in store.sessions() if s.startswith(_PREFIX)}
 
     def __iter__(self) -> Iterator[GatewaySession]:
         return iter(list(self._open.values()))
@@ -81,22 +261,89 @@ class SessionTable:
         return len(self._open)
 
     def peek(self, key: str) -> GatewaySession | None:
+        """The session of ``key`` if it is held in memory, without opening it."""
         return self._open.get(key)
 
     def get(self, key: str) -> tuple[GatewaySession, bool]:
-        """The session for ``key`` and whether it was just opened (new or reopened)."""
+        """The session for ``key`` and whether it was just opened (new, reopened or found again).
+
+        Raises:
+            SessionLimitReached: a new key past the memory store's limit.
+            ResidencyError: the store could not reopen the session.
+        """
+        now = self._clock()
         found = self._open.get(key)
         if found is not None:
             self._open.move_to_end(key)
+            found.used = now
             return found, False
-        session = self._factory(key, self._store)
-        # Listen streams outlive a session's stay in memory: the bus is kept per key.
-        bus = self._buses.setdefault(key, InMemorySubscriptionBus())
-        opened = GatewaySession(key, session, bus)
-        self._open[key] = opened
-        while len(self._open) > self._limit:
-            self._open.popitem(last=False)
-        return opened, True
+        self._release_idle(now)
+        found = self._alive.get(key)
+        if found is None:
+            found = self._new(key)
+        else:
+            self._parked.pop(key, None)  # the bus is this session's own again
+        found.used = now
+        found._on_closed = self._closed
+        self._open[key] = found
+        self._evict_over_limit(keep=key)
+        return found, True
 
     def buses(self) -> list[Any]:
-        return list(self._buses.values())
+        """The buses of sessions in memory and of released sessions that still have listeners."""
+        return [gs.bus for gs in self._open.values()] + list(self._parked.values())
+
+    def _new(self, key: str) -> GatewaySession:
+        keys = self._memory_keys
+        if keys is not None and key not in keys and len(keys) >= self._memory_limit:
+            raise SessionLimitReached(
+                f"the gateway's memory store holds its limit of {self._memory_limit} session keys: "
+                f"a new session cannot be opened. Repeat an existing session key "
+                f"(Residency-Session), or serve with a SQLite store (--store sqlite:///path.db)",
+                limit=self._memory_limit,
+            )
+        session = self._factory(key, self._store)
+        if keys is not None:
+            keys.add(key)
+        bus = self._parked.pop(key, None) or _Bus(key, self._bus_idle)
+        gs = GatewaySession(key, session, bus)
+        flags = self._hosts.pop(key, None)
+        if flags is not None:
+            gs.host_applies_evictions, gs.host_sets_phase = flags
+        self._alive[key] = gs
+        return gs
+
+    def _closed(self, gs: GatewaySession) -> None:
+        if self._open.get(gs.key) is gs and not gs.connections:
+            self._release(gs.key)
+
+    def _release(self, key: str) -> None:
+        gs = self._open.pop(key)
+        bus = gs.bus
+        if isinstance(bus, _Bus) and bus.listeners:
+            self._parked[key] = bus
+        if gs.host_applies_evictions or gs.host_sets_phase:
+            self._hosts[key] = (gs.host_applies_evictions, gs.host_sets_phase)
+            self._hosts.move_to_end(key)
+            while len(self._hosts) > self._limit:
+                self._hosts.popitem(last=False)
+
+    def _release_idle(self, now: float) -> None:
+        # Oldest first; a session with an open connection stays however idle (its client is
+        # there), and is stepped over. Each entry is looked at once.
+        for key in list(islice(self._open, _SCAN)):
+            gs = self._open[key]
+            if now - gs.used < self._idle:
+                break
+            if not gs.connections:
+                self._release(key)
+
+    def _evict_over_limit(self, *, keep: str) -> None:
+        while len(self._open) > self._limit:
+            oldest = [k for k in islice(self._open, _SCAN) if k != keep]
+            victim = next((k for k in oldest if not self._open[k].connections), oldest[0])
+            self._release(victim)
+
+    def _bus_idle(self, bus: _Bus) -> None:
+        if self._parked.get(bus.key) is bus:
+            del self._parked[bus.key]

@@ -7,6 +7,22 @@ call has a timeout. When the upstream crashes or hangs, the call fails with ``Up
 (which the gateway turns into an error result the model can read) and the next call starts the
 upstream again. Messages never carry ``env`` or ``headers`` values.
 
+The tool list is versioned: ``version`` moves whenever a listing differs from the last, and
+every start lists. A listing is out of date when the upstream announced a change
+(``tools/list_changed``: ``stale`` is set before anything else runs), when it is older than the
+caller's ``max_age``, or when the connection is down; ``refresh`` then restarts or re-lists,
+and callers that arrive while a relist is in flight wait for it and share the next one
+instead of each starting their own. Announcements are followed in the background, coalesced:
+one relist in flight and one more (``FOLLOW_GAP`` later) if a change is announced meanwhile, so
+a storm of 2,000 notifications costs a handful of relists. ``call``
+takes the version the caller checked its definition against and sends nothing if the list has
+moved since (``ToolsChanged``), so no call is forwarded under a definition that was replaced.
+
+A stdio upstream speaks through ``_stdio_upstream`` (bounded lines: a line that is not UTF-8
+or too long drops the connection, and the next call starts it again; stderr relayed through
+``redact``). A call that times out is followed by a ping; an upstream that does not answer it
+is dropped and started again on the next call.
+
 stdio and HTTP upstreams are spoken to in the handshake era. An in-process upstream is spoken
 to in the 2026-07-28 era when it can tell of tool changes there (it serves
 ``subscriptions/listen``: the gateway listens for ``ToolsListChanged``) or has none to tell
@@ -18,7 +34,9 @@ spoken to in the handshake era, where its ``tools/list_changed`` notifications a
 from __future__ import annotations
 
 import logging
+import math
 import sys
+import time
 from collections.abc import AsyncIterable, Callable, Coroutine
 from contextlib import AsyncExitStack
 from typing import Any
@@ -26,19 +44,25 @@ from typing import Any
 import anyio
 import anyio.abc
 import mcp_types as types
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 from mcp.server.lowlevel import Server
 from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from residency._core._tools import JSONObject
 from residency._gateway._config import HTTPServer, StdioServer
+from residency._gateway._stdio_upstream import stdio_transport
 
-__all__ = ["Upstream", "UpstreamFailure"]
+__all__ = ["ToolsChanged", "Upstream", "UpstreamFailure"]
 
 logger = logging.getLogger("residency.gateway")
 
 STARTUP_TIMEOUT = 30.0
 """Seconds an upstream may take to start and list its tools (``residency.startup_timeout``)."""
+
+PROBE_TIMEOUT = 10.0
+"""Seconds an upstream has to answer the ping that follows a timed-out call."""
+FOLLOW_GAP = 0.25
+"""Seconds between two background relists that follow announcements (calls do not wait for it)."""
 
 OnToolsChanged = Callable[["Upstream"], Coroutine[Any, Any, None]]
 
@@ -56,6 +80,11 @@ class UpstreamFailure(Exception):
         self.timed_out = timed_out
 
 
+class ToolsChanged(UpstreamFailure):
+    """The upstream's tool list moved (or a change was announced) after the caller checked its
+    definition against it; the call was not sent. Bring the definitions up to date and check again."""
+
+
 class Upstream:
     """One upstream server.
 
@@ -66,8 +95,10 @@ class Upstream:
         timeout: seconds a call may take.
         startup_timeout: seconds a start (connect and list the tools) may take; separate from
             ``timeout``, since a cold start (``npx``, a container) is slower than any call.
-        on_tools_changed: awaited when the upstream says its tool list changed.
-        redact: scrubs secrets (``env``/``headers`` values) from what is logged.
+        on_tools_changed: awaited (coalesced, see the module docstring) when the upstream says
+            its tool list changed.
+        errlog: where a stdio upstream's stderr is relayed (``sys.stderr`` if None).
+        redact: scrubs secrets (``env``/``headers`` values) from what is logged and relayed.
     """
 
     def __init__(
@@ -91,9 +122,23 @@ class Upstream:
         self._client: Client | None = None
         self._stop: anyio.Event | None = None
         self._done: anyio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
         self._lock = anyio.Lock()
+        self._relist_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
+        self._following = False
+        self._probing = False
         self.tools: list[JSONObject] = []
+        self.version = 0
+        """Moves whenever a listing differs from the one before."""
+        self.listed_at = -math.inf
+        """``time.monotonic()`` of the last complete listing."""
+        self.lists = 0
+        """Complete listings so far (starts included)."""
+        self.stale = False
+        """A change was announced since the last listing began."""
+        self._begun = 0  # listings begun
+        self._done_upto = 0  # the number (in ``_begun``) of the last listing completed
         self.last_error: str = ""
         self.starts = 0
         self.starting = False
@@ -128,7 +173,7 @@ class Upstream:
 
     # -- lifetime ----------------------------------------------------------------------------
 
-    async def _open_client(self, stack: AsyncExitStack) -> Client:
+    async def _open_client(self, stack: AsyncExitStack, stop: anyio.Event) -> Client:
         target = self._target
         handler = self._message_handler
         if isinstance(target, StdioServer):
@@ -138,9 +183,25 @@ class Upstream:
                 env={k: v.get_secret_value() for k, v in target.env.items()} or None,
                 cwd=target.cwd,
             )
-            from mcp.client.stdio import stdio_client
+            errlog = self._errlog or sys.stderr
+            if sys.platform == "win32":
+                from mcp.client.stdio import stdio_client
 
-            transport = stdio_client(params, errlog=self._errlog or sys.stderr)
+                windows = stdio_client(params, errlog=errlog)
+                return await stack.enter_async_context(
+                    Client(windows, mode="legacy", message_handler=handler)
+                )
+
+            def lost(reason: str) -> None:
+                self.last_error = reason
+                logger.warning(
+                    "upstream %s (stdio): %s; it is started again on the next call",
+                    self.name,
+                    self._redact(reason),
+                )
+                stop.set()
+
+            transport = stdio_transport(params, on_lost=lost, redact=self._redact, errlog=errlog)
             return await stack.enter_async_context(Client(transport, mode="legacy", message_handler=handler))
         if isinstance(target, HTTPServer):
             import httpx2
@@ -175,14 +236,16 @@ class Upstream:
         failure: list[BaseException] = []
         self._stop = anyio.Event()
         self._done = anyio.Event()
+        self._scope = scope = anyio.CancelScope()
         self.starts += 1
         self.starting = True
-        self._tg.start_soon(self._run, ready, failure, self._stop, self._done)
+        self._tg.start_soon(self._run, ready, failure, self._stop, self._done, scope)
         try:
             with anyio.fail_after(self.startup_timeout):
                 await ready.wait()
         except TimeoutError:
-            self._stop.set()
+            # Still connecting: only a cancel ends that (the process goes with it).
+            scope.cancel()
             self.last_error = f"did not start within {self.startup_timeout:g} s"
             raise UpstreamFailure(
                 f"upstream {self.name!r} did not start within {self.startup_timeout:g} s",
@@ -198,24 +261,17 @@ class Upstream:
             )
 
     async def _run(
-        self, ready: anyio.Event, failure: list[BaseException], stop: anyio.Event, done: anyio.Event
+        self,
+        ready: anyio.Event,
+        failure: list[BaseException],
+        stop: anyio.Event,
+        done: anyio.Event,
+        scope: anyio.CancelScope,
     ) -> None:
+        mine: list[Client] = []
         try:
-            async with AsyncExitStack() as stack:
-                client = await self._open_client(stack)
-                if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _tools_change(
-                    client.server_capabilities
-                ):
-                    # Listen before listing, so no change falls between the two.
-                    subscription = await stack.enter_async_context(client.listen(tools_list_changed=True))
-                    watchers = await stack.enter_async_context(anyio.create_task_group())
-                    stack.callback(watchers.cancel_scope.cancel)
-                    watchers.start_soon(self._drain, subscription)
-                self.tools = await _list_all(client)
-                self._client = client
-                self.last_error = ""
-                ready.set()
-                await stop.wait()
+            with scope:
+                await self._connected(ready, stop, mine)
         except Exception as exc:  # an upstream's death must not take the gateway down
             failure.append(exc)
             self.last_error = _describe(exc)
@@ -223,23 +279,73 @@ class Upstream:
                 "upstream %s (%s) stopped: %s", self.name, self.kind, self._redact(self.last_error)
             )
         finally:
-            self._client = None
+            if mine and self._client is mine[0]:  # a newer connection is not this run's to clear
+                self._client = None
             ready.set()
             done.set()
 
+    async def _connected(self, ready: anyio.Event, stop: anyio.Event, mine: list[Client]) -> None:
+        """Connect, list the tools, and hold the connection until ``stop`` is set."""
+        async with AsyncExitStack() as stack:
+            client = await self._open_client(stack, stop)
+            if client.protocol_version in MODERN_PROTOCOL_VERSIONS and _tools_change(
+                client.server_capabilities
+            ):
+                # Listen before listing, so no change falls between the two.
+                subscription = await stack.enter_async_context(client.listen(tools_list_changed=True))
+                watchers = await stack.enter_async_context(anyio.create_task_group())
+                stack.callback(watchers.cancel_scope.cancel)
+                watchers.start_soon(self._drain, subscription)
+            self.stale = False
+            self._begun += 1
+            number = self._begun
+            self._listed(await _list_all(client), number)
+            mine.append(client)
+            self._client = client
+            self.last_error = ""
+            ready.set()
+            await stop.wait()
+
     async def stop(self) -> None:
-        """Close the connection (the subprocess ends with it)."""
+        """Close the connection (the subprocess ends with it); cancel one that will not close."""
         if self._stop is not None:
             self._stop.set()
         if self._done is not None:
             with anyio.move_on_after(5):
                 await self._done.wait()
+            if not self._done.is_set() and self._scope is not None:
+                self._scope.cancel()
+                with anyio.move_on_after(5):
+                    await self._done.wait()
+
+    async def _drop(self, client: Client) -> None:
+        """Close a connection that failed, unless it is already gone (a newer one stays)."""
+        if self._client is client:
+            await self.stop()
 
     async def _message_handler(self, message: Any) -> None:
         # Handshake era: a notification; 2026-07-28: an event of the listen stream, passed on.
-        changed = isinstance(message, types.ToolListChangedNotification)
-        if changed and self._on_tools_changed is not None and self._tg is not None:
-            self._tg.start_soon(self._on_tools_changed, self)
+        if not isinstance(message, types.ToolListChangedNotification):
+            return
+        # Before any await: a call from here on waits for the relist (see ``current``).
+        self.stale = True
+        if self._on_tools_changed is not None and self._tg is not None and not self._following:
+            self._following = True
+            self._tg.start_soon(self._follow_changes, self._on_tools_changed)
+
+    async def _follow_changes(self, on_tools_changed: OnToolsChanged) -> None:
+        """Apply announced changes, coalesced: while one is applied, further announcements only
+        set ``stale``, which asks for one more round when it ends."""
+        try:
+            while self.stale and self._client is not None:
+                lists = self.lists
+                await on_tools_changed(self)
+                if self.lists == lists:
+                    break  # it could not list; the next call tries again (``stale`` is still set)
+                if self.stale:
+                    await anyio.sleep(FOLLOW_GAP)  # a storm: let it gather into the next round
+        finally:
+            self._following = False
 
     @staticmethod
     async def _drain(subscription: AsyncIterable[Any]) -> None:
@@ -251,21 +357,73 @@ class Upstream:
 
     # -- requests ----------------------------------------------------------------------------
 
+    def current(self, max_age: float) -> bool:
+        """Whether a call may go ahead on the tools as last listed: connected, no change
+        announced, no relist in flight, and listed less than ``max_age`` seconds ago. Cheap."""
+        return (
+            self._client is not None
+            and not self.stale
+            and not self._relist_lock.locked()
+            and time.monotonic() - self.listed_at < max_age
+        )
+
+    async def refresh(self, max_age: float) -> None:
+        """Bring the tool list up to date: start the upstream if it is down (a start lists), and
+        list again if a change was announced or the list is ``max_age`` seconds old. Callers
+        that arrive while a relist is in flight wait for it rather than start another.
+
+        Raises:
+            UpstreamFailure: it could not be started or did not list its tools.
+        """
+        asked = self._begun
+        async with self._relist_lock:
+            client = await self._ensure()
+            if self._done_upto > asked:
+                return  # a listing that began after we asked has completed: it answers us too
+            if self.stale or time.monotonic() - self.listed_at >= max_age:
+                await self._relist(client)
+
     async def relist(self) -> list[JSONObject]:
-        """List the tools again (after ``tools/list_changed``)."""
-        client = await self._ensure()
+        """List the tools again now (an explicit reload).
+
+        Raises:
+            UpstreamFailure: it could not be started or did not list its tools.
+        """
+        await self.refresh(0.0)
+        return self.tools
+
+    async def _relist(self, client: Client) -> None:
+        self.stale = False  # a change announced from here on asks for another relist
+        self._begun += 1
+        number = self._begun
+        listed = False
         try:
             with anyio.fail_after(self.timeout):
-                self.tools = await _list_all(client)
+                tools = await _list_all(client)
+            listed = True
         except TimeoutError:
+            await self._drop(client)  # a listing it cannot answer in time: wedged, start it again
             raise UpstreamFailure(
                 f"upstream {self.name!r} did not list its tools in time", server=self.name, timed_out=True
             ) from None
         except Exception as exc:
+            if not (isinstance(exc, MCPError) and exc.code != types.CONNECTION_CLOSED):
+                await self._drop(client)
             raise UpstreamFailure(
                 f"upstream {self.name!r} failed to list its tools: {_describe(exc)}", server=self.name
             ) from None
-        return self.tools
+        finally:
+            if not listed:
+                self.stale = True
+        self._listed(tools, number)
+
+    def _listed(self, tools: list[JSONObject], number: int) -> None:
+        self._done_upto = number
+        self.lists += 1
+        self.listed_at = time.monotonic()
+        if tools != self.tools:
+            self.tools = tools
+            self.version += 1
 
     async def _ensure(self) -> Client:
         client = self._client
@@ -277,40 +435,77 @@ class Upstream:
             raise UpstreamFailure(f"upstream {self.name!r} is not connected", server=self.name)
         return client
 
-    async def call(self, tool: str, arguments: JSONObject) -> types.CallToolResult:
+    async def call(
+        self, tool: str, arguments: JSONObject, *, version: int | None = None
+    ) -> types.CallToolResult:
         """Forward one ``tools/call``.
 
+        Args:
+            tool: the upstream's name of the tool.
+            arguments: the call's arguments.
+            version: the ``version`` the caller checked the tool's definition against; if the
+                list has moved since (a restart listed other tools), nothing is sent. A change
+                announced after the check is concurrent with the call, which may go first.
+
         Raises:
+            ToolsChanged: ``version`` is out of date (nothing was sent).
             UpstreamFailure: the upstream could not be reached, crashed, answered with a protocol
                 error, or did not answer within the timeout.
         """
         client = await self._ensure()
+        if version is not None and version != self.version:
+            raise ToolsChanged(
+                f"upstream {self.name!r} changed its tools; {tool!r} was not sent", server=self.name
+            )
         try:
             # One deadline (move_on_after costs less than fail_after); on expiry the SDK still
             # sends the upstream its courtesy cancel.
             with anyio.move_on_after(self.timeout):
                 return await client.call_tool(tool, arguments)
         except Exception as exc:
-            from mcp import MCPError
-
             if isinstance(exc, MCPError) and self._client is client and exc.code != types.CONNECTION_CLOSED:
                 # The upstream is alive and refused the request: pass its words on.
                 raise UpstreamFailure(
                     f"upstream {self.name!r} refused {tool!r}: {exc.error.message}", server=self.name
                 ) from None
             # The connection is gone: make sure the next call starts it again.
-            await self.stop()
+            await self._drop(client)
             raise UpstreamFailure(
                 f"upstream {self.name!r} failed during {tool!r} ({_describe(exc)}); it will be restarted on "
                 f"the next call",
                 server=self.name,
             ) from None
+        self._check_alive(client)
         raise UpstreamFailure(
             f"upstream {self.name!r} did not answer {tool!r} within {self.timeout:g} s; the call may "
             f"still be running there",
             server=self.name,
             timed_out=True,
         )
+
+    def _check_alive(self, client: Client) -> None:
+        """After a timeout: a slow tool, or a wedged connection? A ping tells; one at a time."""
+        if not self._probing and self._tg is not None:
+            self._probing = True
+            self._tg.start_soon(self._probe, client)
+
+    async def _probe(self, client: Client) -> None:
+        try:
+            with anyio.fail_after(min(self.timeout, PROBE_TIMEOUT)):
+                await client.send_ping()
+        except MCPError as exc:
+            if exc.code == types.CONNECTION_CLOSED:
+                await self._drop(client)
+            # Any other answer is an answer: it is alive.
+        except Exception:
+            if self._client is client:
+                self.last_error = "did not answer a ping after a call timed out"
+                logger.warning(
+                    "upstream %s: %s; it is started again on the next call", self.name, self.last_error
+                )
+            await self._drop(client)
+        finally:
+            self._probing = False
 
 
 def in_process_era(server: object) -> str:

@@ -2,30 +2,52 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
-from residency._errors import IntegrityError, InvalidInput, NotFound
+from residency._errors import IntegrityError, InvalidInput, NotFound, StoreConflict
 from residency._store._protocol import JournalEntry, content_key
 
 __all__ = ["MemoryStore"]
 
 
 class MemoryStore:
-    """Journals and content kept in dicts. Same contract as ``SQLiteStore``."""
+    """Journals and content kept in dicts. Same contract as ``SQLiteStore``.
+
+    One store may be shared by many sessions and threads: an append checks ``after`` and
+    extends the journal under one lock.
+    """
 
     def __init__(self) -> None:
         self._journals: dict[str, list[JournalEntry]] = {}
         self._checkpoints: dict[str, tuple[int, bytes]] = {}
         self._content: dict[str, bytes] = {}
+        self._lock = threading.Lock()
 
-    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+    def append(self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None) -> int:
         # Kept as given; ``load`` numbers them (entries are immutable, so nothing can change).
-        journal = self._journals.setdefault(session_id, [])
-        journal.extend(entries)
-        return len(journal)
+        batch = list(entries)
+        with self._lock:
+            journal = self._journals.get(session_id)
+            last = len(journal) if journal is not None else 0
+            if after is not None and after != last:
+                raise StoreConflict(
+                    f"session {session_id!r}: the journal's last entry is {last}, not {after}: "
+                    f"another writer appended to it",
+                    session_id=session_id,
+                    after=after,
+                    last=last,
+                )
+            if batch:
+                if journal is None:
+                    journal = self._journals[session_id] = []
+                journal.extend(batch)
+            return last + len(batch)
 
-    def append_relaxed(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
-        return self.append(session_id, entries)  # nothing here survives a power loss anyway
+    def append_relaxed(
+        self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None
+    ) -> int:
+        return self.append(session_id, entries, after=after)  # nothing here survives a power loss anyway
 
     def load(self, session_id: str, after: int = 0) -> list[JournalEntry]:
         # Sequence numbers are 1, 2, ... with no gaps: entry ``seq`` sits at index ``seq - 1``.

@@ -11,6 +11,13 @@ it durable too. Sessions use it only for entries whose loss leaves a more cautio
 turn plan: a tool shown again, arguments thought still visible), never for a recorded call.
 A store without ``append_relaxed`` gets ordinary appends.
 
+Appends are *conditional* when the writer says what it has seen: ``after`` is the ``seq`` of the
+last journal entry the writer has applied. If the session's journal has moved on (another
+writer appended in between), the append raises ``StoreConflict`` and appends nothing, checked
+atomically with the append. That makes a second writer of one session safe: it can never fork
+the journal (two entries that each assume they follow the same state), only be told to catch
+up. ``after=None`` appends unconditionally.
+
 A store also keeps one *checkpoint* per session: an opaque blob holding the session's state
 after journal entry ``seq``. It is derived data, never the source of truth: a session restores
 it and replays only the entries after ``seq``, and falls back to the whole journal when the
@@ -50,19 +57,33 @@ class JournalEntry:
 class Store(Protocol):
     """Where sessions live. Implementations: ``MemoryStore``, ``SQLiteStore``."""
 
-    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+    def append(self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None) -> int:
         """Append entries to a session's journal, all or none (durable on return).
+
+        Args:
+            session_id: the session.
+            entries: the entries, in order.
+            after: the seq of the last entry the writer has applied (0: none); None appends
+                whatever the journal holds.
 
         Returns:
             The sequence number of the session's last entry after the append.
+
+        Raises:
+            StoreConflict: ``after`` is not the journal's last entry; nothing is appended.
         """
 
-    def append_relaxed(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+    def append_relaxed(
+        self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None
+    ) -> int:
         """``append``, all or none and in order, durable against a process crash but not yet
         against a power loss: the next ``append`` makes it durable (optional; see above).
 
         Returns:
             The sequence number of the session's last entry after the append.
+
+        Raises:
+            StoreConflict: as ``append``.
         """
 
     def load(self, session_id: str, after: int = 0) -> list[JournalEntry]:

@@ -15,7 +15,9 @@ upgraded in place when opened: the upgrade only adds the table.
 
 The file also carries ``PRAGMA application_id`` and ``user_version``, so ``file(1)`` and
 SQLite tools can tell it apart, and a file of another application (or a newer schema) is
-refused with a ``StoreError`` before anything is written to it.
+refused with a ``StoreError`` before anything is written to it. A new store is built under a
+temporary name and linked into place whole, so an empty (0-byte) file at the store's path is
+never one residency is creating: it is what truncation leaves, and it is refused too.
 
 Durability
 ----------
@@ -46,9 +48,11 @@ sqlite3 traceback.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import secrets
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -56,7 +60,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from residency._errors import ConfigError, IntegrityError, InvalidInput, NotFound, StoreError
+from residency._errors import ConfigError, IntegrityError, InvalidInput, NotFound, StoreConflict, StoreError
 from residency._store._memory import MemoryStore
 from residency._store._protocol import JournalEntry, Store, content_key
 
@@ -98,17 +102,20 @@ class SQLiteStore:
         >>> s = Session(store, session_id="agent-1")       # doctest: +SKIP
 
     Args:
-        path: the database file; created (with its schema) if missing or empty.
+        path: the database file; created (with its schema) if missing. An existing empty
+            (0-byte) file is refused: it is what truncation leaves of a store.
         durability: ``"full"`` (default: every operation is on disk when it returns) or
             ``"normal"`` (a power loss may lose the last operations; see the module docs).
         timeout: seconds to wait for another process's write lock.
 
     Raises:
-        StoreError: the file is not a SQLite database, belongs to another application, has a
-            newer or broken schema, or cannot be opened.
+        StoreError: the file is empty, is not a SQLite database, belongs to another
+            application, has a newer or broken schema, or cannot be opened.
 
     One store may be shared by many sessions and threads (calls are serialized); several
-    processes may open the same file (SQLite's locking keeps appends whole and ordered).
+    processes may open the same file (SQLite's locking keeps appends whole and ordered, and an
+    ``append(..., after=seq)`` is checked inside its write transaction, so two writers of one
+    session never fork its journal).
     """
 
     def __init__(
@@ -125,7 +132,8 @@ class SQLiteStore:
         parent = Path(self._path).parent
         if self._path != ":memory:" and not parent.is_dir():
             raise StoreError(f"{self._path}: cannot create the store: folder {str(parent)!r} does not exist")
-        self._check_header()
+        if self._check_header():
+            self._create_file()
         with self._translate("open"):
             conn = sqlite3.connect(self._path, timeout=timeout, isolation_level=None, check_same_thread=False)
             try:
@@ -142,9 +150,10 @@ class SQLiteStore:
 
     # -- opening -----------------------------------------------------------------------------
 
-    def _check_header(self) -> None:
+    def _check_header(self) -> bool:
+        """Refuse a file that is not a store; True if there is no file yet."""
         if self._path == ":memory:":
-            return
+            return False
         p = Path(self._path)
         if p.is_dir():
             raise StoreError(f"{self._path}: is a directory, not a store file")
@@ -152,14 +161,56 @@ class SQLiteStore:
             with p.open("rb") as f:
                 head = f.read(len(_MAGIC))
         except FileNotFoundError:
-            return
+            return True
         except OSError as exc:
             raise StoreError(f"{self._path}: cannot read the store file: {exc.strerror}") from None
-        if head and head != _MAGIC:
+        if not head:
+            # A store is never empty on disk (see ``_create_file``): this one lost its bytes.
+            raise StoreError(
+                f"{self._path}: the store file is empty (0 bytes), as a truncated store would be; "
+                f"restore it from a backup, or delete it (or point at a new path) to start a new store"
+            )
+        if head != _MAGIC:
             raise StoreError(
                 f"{self._path}: not a residency store (not an SQLite database); "
                 f"point the store at a new file or at one residency created"
             )
+        return False
+
+    def _create_file(self) -> None:
+        """Create the store beside its path, whole, then link it in place.
+
+        SQLite creates a database lazily: a process that dies between creating the file and
+        writing its first page leaves 0 bytes, which the next open could not tell from a
+        truncated store. Built under a temporary name and linked into place (which fails if
+        the path appeared meanwhile: another process created it, and that one is used), the
+        path only ever names a complete store, so an empty file is always refused.
+        """
+        p = Path(self._path)
+        tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.creating")
+        try:
+            with self._translate("create"):
+                conn = sqlite3.connect(tmp, isolation_level=None)
+                try:
+                    conn.execute("PRAGMA journal_mode = WAL")  # persistent: kept in the header
+                    conn.execute("PRAGMA synchronous = FULL")
+                    self._create(conn)
+                finally:
+                    conn.close()  # checkpoints the WAL into the file and removes it
+            try:
+                os.link(tmp, p)
+            except FileExistsError:
+                pass
+            except OSError:  # a file system without hard links
+                if not p.exists():
+                    os.replace(tmp, p)
+            _sync_folder(p.parent)
+        except OSError as exc:
+            raise StoreError(f"{self._path}: cannot create the store: {exc.strerror or exc}") from None
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
 
     def _open(self, conn: sqlite3.Connection, durability: Durability) -> None:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
@@ -246,30 +297,50 @@ class SQLiteStore:
 
     # -- the Store protocol ------------------------------------------------------------------
 
-    def append(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+    def append(self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None) -> int:
         """Append entries to a session's journal in one transaction (durable on return).
+
+        Args:
+            session_id: the session.
+            entries: the entries, in order.
+            after: the seq of the last entry the writer has applied; checked inside the write
+                transaction, so no other process can append in between. None: unconditional.
 
         Returns:
             The sequence number of the session's last entry after the append.
 
         Raises:
+            StoreConflict: ``after`` is not the journal's last entry. Nothing is appended.
             StoreError: an entry's data is not JSON, or the file cannot be written. Nothing
                 is appended.
         """
-        return self._append(session_id, entries, relaxed=False)
+        return self._append(session_id, entries, after, relaxed=False)
 
-    def append_relaxed(self, session_id: str, entries: Sequence[JournalEntry]) -> int:
+    def append_relaxed(
+        self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None
+    ) -> int:
         """``append`` without the fsync: committed to the WAL, synced by the next ``append``.
 
         WAL frames are written in order and a sync covers every frame before it, so a relaxed
         transaction is either lost whole, together with every relaxed one after it, or kept.
 
         Raises:
-            StoreError: as ``append``.
+            StoreConflict, StoreError: as ``append``.
         """
-        return self._append(session_id, entries, relaxed=True)
+        return self._append(session_id, entries, after, relaxed=True)
 
-    def _append(self, session_id: str, entries: Sequence[JournalEntry], *, relaxed: bool) -> int:
+    def _conflict(self, session_id: str, after: int, last: int) -> StoreConflict:
+        return StoreConflict(
+            f"{self._path}: session {session_id!r}: the journal's last entry is {last}, not {after}: "
+            f"another writer appended to it",
+            session_id=session_id,
+            after=after,
+            last=last,
+        )
+
+    def _append(
+        self, session_id: str, entries: Sequence[JournalEntry], after: int | None, *, relaxed: bool
+    ) -> int:
         rows = []
         for entry in entries:
             try:
@@ -282,6 +353,8 @@ class SQLiteStore:
                 (last,) = conn.execute(
                     "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
                 ).fetchone()
+                if after is not None and after != last:
+                    raise self._conflict(session_id, after, last)
                 return int(last)
             relax = relaxed and self._durability == "full"
             if relax:
@@ -292,6 +365,9 @@ class SQLiteStore:
                     (last,) = conn.execute(
                         "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
                     ).fetchone()
+                    # Read and written under the one write lock: no writer can come in between.
+                    if after is not None and after != last:
+                        raise self._conflict(session_id, after, last)
                     if last == 0:
                         conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
                     conn.executemany(
@@ -463,6 +539,20 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r})"
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a new directory entry durable (POSIX; elsewhere a no-op)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def open_store(url: str) -> Store:
