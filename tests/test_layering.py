@@ -1,0 +1,77 @@
+"""The layers of DESIGN.md, checked on the source: every arrow points down.
+
+- the core (``residency._core``) does no I/O: it imports no MCP, async, database or HTTP
+  library, no clock, and nothing of the layers above it;
+- the runtime (everything outside ``_gateway``, ``_cli`` and ``_bench``) never imports the
+  gateway;
+- nothing imports the benchmarks but the command line.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import residency
+
+ROOT = Path(residency.__file__).parent
+CORE_MAY_NOT = (
+    "mcp",
+    "mcp_types",
+    "anyio",
+    "asyncio",
+    "sqlite3",
+    "psycopg",
+    "psycopg_pool",
+    "httpx2",
+    "time",
+)
+CORE_MAY_NOT_REACH = ("residency._gateway", "residency._store", "residency._session", "residency._cli")
+
+
+def _modules() -> list[tuple[str, set[str]]]:
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+        found.append((path.relative_to(ROOT).as_posix(), names))
+    return found
+
+
+MODULES = _modules()
+
+
+def _ids(rows: list[tuple[str, set[str]]]) -> list[str]:
+    return [name for name, _ in rows]
+
+
+CORE = [m for m in MODULES if m[0].startswith("_core/")]
+RUNTIME = [m for m in MODULES if not m[0].startswith(("_gateway/", "_cli/", "_bench/"))]
+NOT_CLI = [m for m in MODULES if not m[0].startswith(("_cli/", "_bench/"))]
+
+
+@pytest.mark.parametrize(("module", "imports"), CORE, ids=_ids(CORE))
+def test_the_core_does_no_io_and_imports_nothing_above_it(module: str, imports: set[str]) -> None:
+    assert not {i for i in imports if i.split(".")[0] in CORE_MAY_NOT}
+    assert not {i for i in imports if i.startswith(CORE_MAY_NOT_REACH)}
+
+
+@pytest.mark.parametrize(("module", "imports"), RUNTIME, ids=_ids(RUNTIME))
+def test_the_runtime_never_imports_the_gateway(module: str, imports: set[str]) -> None:
+    assert not {i for i in imports if i.startswith("residency._gateway")}
+
+
+@pytest.mark.parametrize(("module", "imports"), NOT_CLI, ids=_ids(NOT_CLI))
+def test_only_the_command_line_imports_the_benchmarks(module: str, imports: set[str]) -> None:
+    assert not {i for i in imports if i.startswith("residency._bench")}
+
+
+def test_the_check_sees_the_whole_package() -> None:
+    names = _ids(MODULES)
+    assert "_core/_lifecycle.py" in names and "_gateway/_server.py" in names and len(names) > 40
