@@ -43,6 +43,7 @@ __all__ = [
     "ResidencyError",
     "SchemaError",
     "SessionConflict",
+    "SessionLimitReached",
     "StoreConflict",
     "StoreError",
     "ToolArchived",
@@ -230,3 +231,17 @@ class StoreConflict(StoreError):
         self.session_id = session_id
         self.after = after
         self.last = last
+
+
+class SessionLimitReached(ResidencyError):
+    """Raised when a new session key would exceed the memory store's limit of session keys.
+
+    With the memory store a session's journal exists only in memory, so it cannot be released
+    to make room. Keys already journaled keep working; a new one is refused and nothing is
+    changed. Serve with a SQLite store (``--store sqlite:///path.db``) to meet more sessions,
+    or have clients repeat a key (``Residency-Session``). ``limit`` is the limit.
+    """
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit

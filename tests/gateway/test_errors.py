@@ -19,6 +19,7 @@ def _instance(cls: type[BaseException]) -> BaseException:
         {"tool": "t", "path": "$.x"},
         {"tool": "t", "rule": "r", "expected_failure": "f"},
         {"span": "s1"},
+        {"limit": 1},
     ):
         try:
             return cls("boom", **kwargs)  # type: ignore[call-arg]

@@ -63,6 +63,7 @@ RULES: tuple[Rule, ...] = (
     Rule(domain.UnrecoverablePruneError, "unrecoverable_prune", True, types.INVALID_PARAMS),
     *_optional("UnverifiedSummary", "unverified_summary", True, types.INVALID_PARAMS),
     Rule(domain.SessionConflict, "session_conflict", False, types.INTERNAL_ERROR),
+    Rule(domain.SessionLimitReached, "session_limit", False, types.INVALID_REQUEST),
     Rule(domain.ConcurrentUse, "concurrent_use", False, types.INTERNAL_ERROR),
     Rule(domain.NotFound, "not_found", False, types.INVALID_PARAMS),
     Rule(domain.SchemaError, "schema_error", True, types.INVALID_PARAMS),

@@ -403,6 +403,11 @@ class Gateway:
         return self._sessions
 
     @property
+    def open_sessions(self) -> int:
+        """How many sessions are held in memory now (0 before the gateway is entered)."""
+        return len(self._sessions) if self._sessions is not None else 0
+
+    @property
     def store(self) -> Store:
         if self._store is None:
             raise RuntimeError("the gateway is not running: use 'async with Gateway(...)'")

@@ -41,7 +41,7 @@ from mcp.server.connection import Connection
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ServerEvent
 
 from residency._core._tools import JSONObject
-from residency._errors import ResidencyError
+from residency._errors import SessionLimitReached
 from residency._gateway._aggregate import Catalog
 from residency._session import Session
 from residency._store._memory import MemoryStore
@@ -79,20 +79,6 @@ _SCAN = 64
 def store_id(key: str) -> str:
     """The id a session key is journaled under."""
     return _PREFIX + key
-
-
-class SessionLimitReached(ResidencyError):
-    """Raised when a new session key would exceed the memory store's limit of session keys.
-
-    With the memory store a session's journal exists only in memory, so it cannot be released
-    to make room. Keys already journaled keep working; a new one is refused and nothing is
-    changed. Serve with a SQLite store (``--store sqlite:///path.db``) to meet more sessions,
-    or have clients repeat a key (``Residency-Session``). ``limit`` is the limit.
-    """
-
-    def __init__(self, message: str, *, limit: int) -> None:
-        super().__init__(message)
-        self.limit = limit
 
 
 class _Bus(InMemorySubscriptionBus):
