@@ -92,3 +92,21 @@ async def test_a_stdio_line_over_the_limit_is_answered_with_an_error_and_the_gat
             assert "search_tools" in [t["name"] for t in listed["result"]["tools"]]
             assert s.process.returncode is None
         assert b"dropped a stdin message" in s.stderr
+
+
+@pytest.mark.slow
+async def test_a_stdio_line_that_is_not_a_json_rpc_message_gets_a_parse_error_and_the_gateway_reads_on() -> (
+    None
+):
+    with anyio.fail_after(120):
+        async with served() as s:
+            assert "search_tools" in await s.handshake()
+            assert s.process.stdin is not None
+            for line in (b"this is not json\n", b'"a string"\n', b'{"jsonrpc": "2.0", "id": 3,\n'):
+                await s.process.stdin.send(line)
+                answer = await s._line()
+                assert answer["id"] is None
+                assert answer["error"]["code"] == types.PARSE_ERROR
+            listed = await s.request("tools/list")
+            assert "search_tools" in [t["name"] for t in listed["result"]["tools"]]
+            assert s.process.returncode is None

@@ -27,6 +27,7 @@ loopback unless ``--insecure`` is given (``exposure_problem``).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -316,6 +317,7 @@ async def _run_gateway(options: ServeOptions) -> None:
             async with _stdin() as stdin, stdio_server(stdin=stdin) as (read, write):
                 if isinstance(stdin, _StdinLines):
                     stdin.refuse = _refuser(write)
+                    stdin.unreadable = _parse_error(write)
                 await gateway.server.run(read, write, gateway.server.create_initialization_options())
             return
         sock = bind(options.host, options.port)
@@ -361,6 +363,8 @@ class _StdinLines(anyio.AsyncFile[str]):
         self._head: bytes | None = None  # set while an oversized line is being dropped
         self._dropped = 0
         self.refuse: Refusal | None = None
+        self.unreadable: Callable[[], Awaitable[None]] | None = None
+        """Awaited for a line that is not a JSON-RPC message (the SDK would drop it unanswered)."""
 
     async def readline(self) -> str:
         while True:
@@ -371,6 +375,9 @@ class _StdinLines(anyio.AsyncFile[str]):
                     line = bytes(self._buffer[:size])
                     del self._buffer[:size]
                     self._scanned = 0
+                    if self.unreadable is not None and not _is_message(line):
+                        await self.unreadable()
+                        continue
                     return line.decode("utf-8", errors="replace")
                 head = self._head if self._head is not None else bytes(self._buffer[:_ID_WINDOW])
                 total = self._dropped + size
@@ -419,6 +426,30 @@ class _StdinLines(anyio.AsyncFile[str]):
                 # Readable: data or end of file is there, so this read does not block.
                 return os.read(self._fd, _READ_SIZE)
         return await anyio.to_thread.run_sync(os.read, self._fd, _READ_SIZE)
+
+
+def _is_message(line: bytes) -> bool:
+    """Whether a line can be a JSON-RPC message (or is blank, which the SDK skips itself)."""
+    if not line.strip():
+        return True
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):  # not JSON, or nested past what any parser here takes
+        return False
+    return isinstance(value, dict | list)
+
+
+def _parse_error(write: Any) -> Callable[[], Awaitable[None]]:
+    """Answers a line that is not JSON (or not a JSON object) with JSON-RPC's parse error."""
+
+    async def answer() -> None:
+        logger.warning("answered a stdin line that is not a JSON-RPC message with a parse error")
+        error = types.ErrorData(
+            code=types.PARSE_ERROR, message="parse error: a line that is not a JSON object"
+        )
+        await write.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=None, error=error)))
+
+    return answer
 
 
 def _refuser(write: Any) -> Refusal:
