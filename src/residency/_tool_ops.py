@@ -8,14 +8,11 @@ change of tool state goes through the shared lifecycle machine with the tool's
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import jsonschema
-from jsonschema.exceptions import SchemaError as JSONSchemaError
 from jsonschema.exceptions import ValidationError
 
 from residency._core._events import Event, EventKind
@@ -27,15 +24,11 @@ from residency._core._tools import (
     CallRecord,
     JSONObject,
     ToolSpec,
-    canonical_json,
-    definition_hash,
-    is_mutation,
     parse_tool,
 )
 from residency._core._validation import (
     MAX_ARGUMENT_BYTES,
     MAX_ARGUMENT_VALUES,
-    ArgumentValidator,
     measure_arguments,
     oversize,
     scan_arguments,
@@ -54,6 +47,14 @@ from residency._inputs import callable_param, check_definition_depth, name_set, 
 from residency._search import SearchHit, shared_index
 from residency._session_base import DEFAULT_CHECKPOINT_EVERY, SessionBase
 from residency._tokens import count_tokens, tokenizer_name
+from residency._tool_cache import (
+    checked_spec,
+    known_spec,
+    remember_checked,
+    schema_problem,
+    shared_spec,
+    shared_validator,
+)
 
 __all__ = ["IMPLICIT_REEXPANSION", "CallGuard", "ToolOps", "TurnPlan"]
 
@@ -70,7 +71,8 @@ class TurnPlan:
 
     Attributes:
         turn: the turn this plan opens.
-        tools: the resident tools as the model is shown them (minified): with the ``stable``
+        tools: the resident tools as the model is shown them (minified; shared by every session
+            that registered the same definitions: copy one before changing it): with the ``stable``
             planner in the order they became resident (a tool that arrives goes at the end,
             the others keep their places; see ``resident_tools``), with ``greedy`` in
             registration order.
@@ -124,9 +126,9 @@ class _Steady(NamedTuple):
 class ToolOps(SessionBase):
     """Tool registration, the call record, the tool lifecycle and turn planning."""
 
-    # Compiled validators are rebuilt on first use; minified definitions made ahead of a commit
-    # are consumed by it; the last steady turn is only a shortcut for the next plan.
-    _CHECKPOINT_CACHES = frozenset({"_validators", "_shown_ahead", "_steady"})
+    # Compiled validators are found again on first use; specs checked ahead of a commit are
+    # consumed by it; the last steady turn is only a shortcut for the next plan.
+    _CHECKPOINT_CACHES = frozenset({"_validators", "_ahead", "_steady"})
     _STEADY_PLANS: bool = True
     """Whether a turn after a steady one is planned in O(1) (tests turn it off to compare)."""
     _order_cache: tuple[list[Event], int, dict[str, None]] | None = None
@@ -151,7 +153,7 @@ class ToolOps(SessionBase):
             if minify is None
             else callable_param(minify, "minify", "a function from a tool definition to what is shown")
         )
-        self._shown_ahead: dict[str, JSONObject] = {}
+        self._ahead: dict[str, ToolSpec] = {}  # the specs register_tools checked, for its commit
         self._pinned = name_set(pinned, "pinned")
         self._phases = phase_map(phases)
         if not isinstance(reexpand_tool, str) or not reexpand_tool:
@@ -184,6 +186,9 @@ class ToolOps(SessionBase):
         it is; with a changed definition it is re-pinned, and if arguments built against the old
         definition are resident it is tombstoned until re-expanded.
 
+        Each distinct definition is checked, minified and counted once per process; sessions
+        registering it share one read-only ``ToolSpec`` (see ``residency._tool_cache``).
+
         Returns:
             The names that were new or changed.
 
@@ -194,36 +199,52 @@ class ToolOps(SessionBase):
                 than ``MAX_DEFINITION_DEPTH`` levels.
         """
         parsed: list[JSONObject] = []
+        ahead: dict[str, ToolSpec] = {}
         seen: set[str] = set()
+        minify = self._minify
         for i, raw in enumerate(tool_list(tools)):
-            check_definition_depth(raw, f"tools[{i}]")  # before anything recurses into it
-            tool = parse_tool(raw, where=f"tools[{i}]")
-            name = tool["name"]
+            # Checked, minified and counted once per process (``residency._tool_cache``): a
+            # definition this process already took is found by its text and shared.
+            spec, key = known_spec(raw, minify)
+            if spec is None:
+                spec = remember_checked(key, self._checked(raw, f"tools[{i}]"), minify)
+            name = spec.name
             if name in seen:
                 raise InvalidInput(f"tools[{i}]: tool {name!r} is given twice", where=f"tools[{i}]")
             seen.add(name)
-            problem = _schema_problem(canonical_json(tool["inputSchema"]))
-            if problem is not None:
-                raise SchemaError(
-                    f"tools[{i}] ({name}): inputSchema is not a valid JSON Schema at {problem}",
-                    where=f"tools[{i}].inputSchema",
-                )
             known = self._tools.get(name)
-            digest = definition_hash(tool)
-            if known is None or known.hash != digest:
-                # Minify before journaling: a schema it cannot process is refused here.
-                self._shown_ahead[digest] = self._minify(tool)
-                parsed.append(tool)
+            if known is None or known.hash != spec.hash:
+                ahead[name] = spec
+                parsed.append(spec.definition)
         if parsed:
-            self._commit(("register", {"tools": parsed}))
+            self._ahead = ahead
+            try:
+                self._commit(("register", {"tools": parsed}))
+            finally:
+                self._ahead = {}
         return [t["name"] for t in parsed]
 
+    def _checked(self, raw: object, where: str) -> ToolSpec:
+        """The slow path of ``register_tools``: check one definition and make its spec."""
+        check_definition_depth(raw, where)  # before anything recurses into it
+        tool = parse_tool(raw, where=where)
+        problem = schema_problem(tool["inputSchema"])
+        if problem is not None:
+            raise SchemaError(
+                f"{where} ({tool['name']}): inputSchema is not a valid JSON Schema at {problem}",
+                where=f"{where}.inputSchema",
+            )
+        # Minified before journaling: a schema the minifier cannot process is refused here.
+        return checked_spec(tool, self._minify)
+
     def _apply_register(self, data: Mapping[str, Any]) -> None:
+        ahead = self._ahead
         for tool in data["tools"]:
             name = tool["name"]
-            digest = definition_hash(tool)
-            shown = self._shown_ahead.pop(digest, None) or self._minify(tool)
-            spec = ToolSpec(name, tool, digest, is_mutation(tool), shown, count_tokens(shown))
+            spec = ahead.get(name)
+            if spec is None or spec.definition is not tool:
+                # Replay (or another writer's entry): found by hash, or made once for the process.
+                spec = checked_spec(tool, self._minify)
             old = self._tools.get(name)
             self._tools[name] = spec
             self._validators.pop(name, None)
@@ -253,7 +274,7 @@ class ToolOps(SessionBase):
         return self._states[name]
 
     def tool(self, name: str) -> ToolSpec:
-        """The tool's pinned definition. Raises ``NotFound`` for an unknown tool."""
+        """The tool's pinned definition (shared, read-only). Raises ``NotFound`` for an unknown tool."""
         return self._spec(name)
 
     def tools(self, state: ToolState | None = None) -> list[str]:
@@ -381,7 +402,7 @@ class ToolOps(SessionBase):
         plain = shape.plain
         validator = self._validators.get(name)
         if validator is None:
-            validator = self._validators[name] = ArgumentValidator(spec.input_schema)
+            validator = self._validators[name] = shared_validator(spec)
         error = validator.first_error(arguments if plain else dict(arguments), plain=plain)
         if error is not None:
             path = _error_path(error)
@@ -661,8 +682,18 @@ class ToolOps(SessionBase):
             ("reexpand", decision.restore, "pinned or in the active phase"),
             ("prune", decision.prune, "schema budget or idle"),
         ):
+            # The machine's answer depends only on (state, trigger, facts): it is asked once per
+            # distinct question, not once per tool (a cold plan over a large catalog prunes
+            # thousands). A refusal raises at once, as before, and is never remembered.
+            answers: dict[tuple[ToolState, tuple[tuple[str, bool], ...]], ToolState] = {}
             for name in names:
-                dest = TOOL_LIFECYCLE.fire(self._states[name], trigger, record=name, facts=facts_after(name))
+                facts = facts_after(name)
+                question = (self._states[name], tuple(sorted(facts.items())))
+                dest = answers.get(question)
+                if dest is None:
+                    dest = answers[question] = TOOL_LIFECYCLE.fire(
+                        question[0], trigger, record=name, facts=facts
+                    )
                 items.append(
                     ("transition", {"tool": name, "trigger": trigger, "dest": dest.value, "reason": reason})
                 )
@@ -775,11 +806,9 @@ class ToolOps(SessionBase):
         tokenizer, rows = state["_tools"]
         keep = tokenizer is not None and tokenizer == tokenizer_name() and self._minify is minify_tool
         tools: dict[str, ToolSpec] = {}
-        for name, definition, digest, mutation, shown, tokens in rows:
-            if not keep:
-                shown = self._minify(definition)
-                tokens = count_tokens(shown)
-            tools[name] = ToolSpec(name, definition, digest, mutation, shown, tokens)
+        for name, definition, digest, _mutation, shown, tokens in rows:
+            # Verified by hash, and shared with every session of the process that holds it.
+            tools[name] = shared_spec(name, definition, digest, self._minify, shown if keep else None, tokens)
         state["_tools"] = tools
 
     # -- comparison --------------------------------------------------------------------------
@@ -805,20 +834,6 @@ class ToolOps(SessionBase):
             for c in self._calls.values()
         }
         parts["tombstones"] = self.tombstones()
-
-
-@functools.lru_cache(maxsize=4096)
-def _schema_problem(schema_json: str) -> str | None:
-    """Why a schema is not valid JSON Schema, or None. Cached: checking costs ~3 ms a schema
-    and sessions of one gateway register the same upstream tools again and again."""
-    schema = json.loads(schema_json)
-    try:
-        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(
-            schema
-        )
-    except JSONSchemaError as exc:
-        return f"'{'/'.join(str(p) for p in exc.path)}': {exc.message}"
-    return None
 
 
 def _error_path(error: ValidationError) -> str:

@@ -27,6 +27,7 @@ BENCHES: dict[str, str] = {
     "minify": "residency._bench.minify",
     "gateway": "residency._bench.gateway",
     "search": "residency._bench.search",
+    "catalog": "residency._bench.catalog",
 }
 
 

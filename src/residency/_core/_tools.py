@@ -56,9 +56,12 @@ def is_mutation(tool: Mapping[str, Any]) -> bool:
     return annotations.get("readOnlyHint") is not True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class ToolSpec:
     """A registered tool definition, pinned by hash.
+
+    Shared, read-only, by every session of the process that registers the same definition
+    (see ``residency._tool_cache``): never change ``definition`` or ``shown`` in place.
 
     Attributes:
         name: the tool's name as the model sees it.

@@ -350,7 +350,8 @@ class ArgumentValidator:
         schema: the tool's full input schema, already checked against its metaschema.
     """
 
-    __slots__ = ("_compiled", "_patterns", "_reference", "why_reference", "why_unchecked")
+    # __weakref__: one validator per distinct schema is shared by every session of the process.
+    __slots__ = ("__weakref__", "_compiled", "_patterns", "_reference", "why_reference", "why_unchecked")
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         # An unknown $schema is read as the latest dialect (what jsonschema does, minus its warning).
