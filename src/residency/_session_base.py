@@ -391,17 +391,44 @@ class SessionBase:
                 )
                 self._next_checkpoint = self._seq + every
 
-    def _catch_up(self) -> None:
-        """Apply the entries other writers appended after this session's last one."""
+    def catch_up(self) -> int:
+        """Apply the journal entries other writers appended since this session last read it.
+
+        A session shared by several writers (gateway replicas on one PostgreSQL or SQLite
+        store, each holding its own ``Session`` of one id) calls it before it acts, so that it
+        answers from the journal's current state rather than from its own last one. It is one
+        indexed read of the journal's tail; when nothing is new it changes nothing, and
+        ``revision`` stays the same. Writes never need it first: a write based on a stale
+        state raises ``SessionConflict`` and catches up by itself.
+
+        Returns:
+            How many entries were applied (0: the session was up to date).
+
+        Raises:
+            StoreError: the store cannot be read, an entry cannot be applied (the session must
+                then be reopened), or an earlier catch-up failed that way.
+            ConcurrentUse: another thread is inside an operation of this session.
+        """
+        if self._broken is not None:
+            raise StoreError(f"session {self._session_id!r}: {self._broken}; reopen the session")
+        return self._catch_up()
+
+    def _catch_up(self) -> int:
+        """Apply the entries other writers appended after this session's last one; how many."""
         tail = self._store.load(self._session_id, self._seq)
+        if not tail:
+            return 0
         try:
             self._seq = self._replay(tail, self._seq)
         except BaseException as exc:
             # Possibly applied in part: this object no longer describes a journal prefix.
             self._broken = f"catching up with another writer failed ({type(exc).__name__}: {exc})"
             raise
-        # What the session shows may have changed (drops view caches and steady-plan shortcuts).
+        # What the session shows may have changed, even through entries that leave the revision
+        # alone when this object writes them (another writer's calls move the tools' recency):
+        # drop view caches and steady-plan shortcuts.
         self._revision += 1
+        return len(tail)
 
     def _apply(self, entry: JournalEntry) -> None:
         handler = getattr(self, f"_apply_{entry.op}", None)

@@ -75,14 +75,14 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import jsonschema
 import mcp_types as types
 from mcp import MCPError
 from mcp.server.context import ServerRequestContext
@@ -92,7 +92,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated, T
 from residency._core._lifecycle import ToolState
 from residency._core._planner import Budget
 from residency._core._tools import JSONObject, parse_tool
-from residency._errors import NotFound, ResidencyError, SessionConflict
+from residency._errors import InvalidInput, NotFound, ResidencyError, SchemaError, SessionConflict
 from residency._gateway import _meta_tools as meta
 from residency._gateway import _resources as res
 from residency._gateway._aggregate import Catalog, CatalogEntry, build_catalog
@@ -106,7 +106,11 @@ from residency._session import Session
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
 from residency._tokens import count_tokens
+from residency._tool_cache import schema_problem
 from residency._tool_ops import TurnPlan
+
+if TYPE_CHECKING:
+    from residency._gateway._fanout import Fanout
 
 __all__ = ["Gateway"]
 
@@ -244,6 +248,7 @@ class Gateway:
         self._sessions: SessionTable | None = None
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        self._fanout: Fanout | None = None  # cross-replica notices (PostgreSQL stores)
         self._tool_models: dict[tuple[str, str], types.Tool] = {}
         self._shown_cache: dict[str, JSONObject] = {}
         self.server = self._build_server()
@@ -260,6 +265,10 @@ class Gateway:
                 stack.callback(self._store.close)
             self._sessions = SessionTable(self._store, self._open_session)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
+            self._fanout = _fanout_for(self._store)
+            if self._fanout is not None:
+                stack.push_async_callback(self._fanout.aclose)
+                await self._tg.start(self._fanout.run, self._journal_moved)
             stack.push_async_callback(self._stop_upstreams)
             await self._start_upstreams()
         except BaseException:
@@ -340,11 +349,14 @@ class Gateway:
     def _usable(self, server: str, tool: Mapping[str, Any]) -> bool:
         try:
             parsed = parse_tool(tool, where=f"{server} tool")
-            schema = parsed["inputSchema"]
-            jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(
-                schema
-            )
-        except (ResidencyError, jsonschema.SchemaError) as exc:
+            # Checked once per distinct schema in the process: the check is most of a startup.
+            problem = schema_problem(parsed["inputSchema"])
+            if problem is not None:
+                raise SchemaError(
+                    f"{server} tool {parsed['name']!r}: inputSchema is not a valid JSON Schema at {problem}",
+                    where="inputSchema",
+                )
+        except ResidencyError as exc:
             logger.warning(
                 "upstream %s: skipping a malformed tool: %s", server, self.secrets.redact(str(exc))
             )
@@ -440,6 +452,12 @@ class Gateway:
             gs, opened = self._table.get(key)
             if opened:
                 self.telemetry.set_sessions(len(self._table))
+            if not isinstance(self.store, MemoryStore):
+                # Other replicas (or processes) may journal to this session too: act on the
+                # journal's current state, not this copy's (one indexed read; a memory store
+                # has no other writer). Also when "opened": the table may hand back a copy
+                # that a request in flight kept alive.
+                gs.session.catch_up()
         if opened:
             try:
                 self._bring_up_to_date(gs)
@@ -448,6 +466,23 @@ class Gateway:
                 # opened: it has caught up, so the work is done once more against its state.
                 self._bring_up_to_date(gs)
         return gs
+
+    async def _journal_moved(self, session_id: str) -> None:
+        """Another replica changed what ``session_id`` shows: catch up and tell our clients.
+
+        ``session_id`` is empty after the listener reconnected: every held session may have.
+        """
+        for gs in list(self._table):
+            if session_id and gs.session.session_id != session_id:
+                continue
+            before = gs.view(self.catalog)
+            try:
+                gs.session.catch_up()
+            except ResidencyError as exc:
+                # The next request of the session catches up (or reports it) by itself.
+                logger.warning("session %s: catching up failed: %s", gs.key, self.secrets.redact(str(exc)))
+                continue
+            await self._announce(gs, before, current=None)
 
     def _bring_up_to_date(self, gs: GatewaySession) -> None:
         s = gs.session
@@ -589,6 +624,8 @@ class Gateway:
             extra_meta[EVICT_META_KEY] = list(plan.evictions)
         _add_tombstone_notice(result, before[1], gs.view(self.catalog)[1])
         await self._announce(gs, before, current=ctx)
+        if self._fanout is not None and gs.view(self.catalog) != before:
+            await self._fanout.notify(s.session_id)  # clients of other replicas hear of it too
         if extra_meta:
             # The result is this call's own (fresh from the upstream client or a meta-tool).
             result.meta = {**(result.meta or {}), **extra_meta}
@@ -599,6 +636,8 @@ class Gateway:
             meta.SEARCH_TOOLS: meta.search_tools,
             meta.REEXPAND_TOOLS: meta.reexpand_tools,
             meta.CHECK_CHAIN: meta.check_chain,
+            meta.ARCHIVE_CHAIN: meta.archive_chain,
+            meta.READ_SPAN: meta.read_span,
         }[name]
         try:
             result = handler(gs.session, self.catalog, arguments)
@@ -653,7 +692,8 @@ class Gateway:
             gs.key, name, entry.server, time.perf_counter() - started, ok=not result.is_error
         )
         # An upstream may quote its own env or headers, in an isError result above all.
-        return redact_result(result, self.secrets)
+        # Offloaded after redaction: what the store keeps is what the client may see.
+        return res.offload_result(s, redact_result(result, self.secrets), name, self.config.residency.spans)
 
     async def _send(
         self, gs: GatewaySession, entry: CatalogEntry, arguments: JSONObject
@@ -822,7 +862,7 @@ class Gateway:
             contents = res.read_resource(
                 str(params.uri), gs.session, self.catalog, upstreams=self.upstreams, secrets=self.secrets
             )
-        except NotFound as exc:
+        except (NotFound, InvalidInput) as exc:  # an unknown resource, or a malformed range in its URI
             raise to_mcp_error(exc, self.secrets) from None
         return types.ReadResourceResult(contents=[contents], ttl_ms=0, cache_scope="private")
 
@@ -859,6 +899,15 @@ class Gateway:
             f"retry when the upstream is back.",
             server=",".join(u.name for u in down),
         )
+
+
+def _fanout_for(store: Store) -> Fanout | None:
+    """Cross-replica notices for a store other replicas share (PostgreSQL), else None."""
+    if "residency._store._postgres" not in sys.modules:
+        return None  # psycopg is optional: no PostgreSQL store was ever opened
+    from residency._gateway._fanout import fanout_for
+
+    return fanout_for(store)
 
 
 def _is_conflict(exc: BaseException) -> bool:
