@@ -270,7 +270,7 @@ def config_keys(model: type[BaseModel] = GatewayConfig, prefix: str = "") -> Ite
         for inner in _models_in(field.annotation):
             # Server entries are documented by their own keys; the residency section's nested
             # budget by its dotted path.
-            nested = f"{prefix}{key}." if inner.__name__ == "BudgetSettings" else ""
+            nested = f"{prefix}{key}." if inner.__name__ in ("BudgetSettings", "SpanSettings") else ""
             yield from config_keys(inner, nested)
 
 

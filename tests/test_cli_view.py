@@ -13,6 +13,7 @@ from residency import SQLiteStore, ToolState
 from residency._cli import main
 from residency._gateway import IncidentDesk
 from residency._gateway._demo import SCENARIO_READS
+from residency._gateway._meta_tools import META_TOOLS
 from residency._tokens import count_tokens
 from tests.gateway.conftest import agent, running
 
@@ -78,7 +79,7 @@ def test_view_lists_what_the_agent_was_served_with_its_tokens(
     listed = [(t["name"], t["tokens"]) for t in (*shown["tools"], *shown["meta_tools"])]
     # The same tools, in the same order, each costing what its definition on the wire costs.
     assert listed == [(t["name"], count_tokens(t)) for t in seen["tools"]]
-    assert [m["name"] for m in shown["meta_tools"]] == ["search_tools", "reexpand_tools", "check_chain"]
+    assert [m["name"] for m in shown["meta_tools"]] == list(META_TOOLS)
     assert shown["total_tokens"] == sum(count_tokens(t) for t in seen["tools"])
     assert shown["tombstones"] == seen["tombstones"]
     assert any(line.startswith("update_incident:") for line in shown["tombstones"])

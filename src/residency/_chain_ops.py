@@ -12,6 +12,17 @@ followed by its terminal tool or ending the record). A tool that stays resident 
 instead: ``authorize_call`` refuses (or, with ``chain_policy="warn"``, only logs) a call that
 completes a fatal run, or that is the fatal step right after one.
 
+Archive scopes: a session names a scope (``archive_scope``; by default one per store) and every
+chain it archives is also added to the store's record of that scope, before the session journals
+it. A session adopts the scope's chains it does not hold yet when it registers tools, plans a
+turn or authorizes a call (opening a session only reads): once every tool a chain names is
+registered, the chain is journaled into the session (``archive_chain`` with ``"scope"``), with
+the retirement of its prefix tools, so a successor session starts with the archive its
+predecessors left. The scope is append-only and its digest is order-independent, so every
+session of the scope ends with the same digest.
+``check_chain`` and ``chains`` also see scope chains not adopted yet (e.g. chains naming tools
+this session lacks).
+
 Credentials are references (names), never values. Each reference is passed to the revocation
 callback at most once automatically; its outcome is journaled, so replaying or reopening the
 session never calls it again. ``revoke_pending`` retries the ones not yet revoked.
@@ -20,6 +31,7 @@ session never calls it again. ``revoke_pending`` retries the ones not yet revoke
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
@@ -28,11 +40,15 @@ from typing import Any, Literal
 from residency._core._chains import ChainArchive, ChainRecord, ChainVerdict, build_chain, cold_record
 from residency._core._events import EventKind
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
+from residency._core._planner import Budget
 from residency._core._tools import JSONObject
-from residency._errors import ChainCollision, InvalidInput, NotFound, StoreError
-from residency._tool_ops import ToolOps
+from residency._errors import ChainCollision, InvalidInput, NotFound, SessionConflict, StoreError
+from residency._store._protocol import DEFAULT_SCOPE, check_scope
+from residency._tool_ops import ToolOps, TurnPlan
 
 __all__ = ["ChainOps", "ChainPolicy"]
+
+logger = logging.getLogger("residency")
 
 ChainPolicy = Literal["refuse", "warn"]
 """What the live guard does with a call that would re-assemble an archived chain."""
@@ -46,6 +62,9 @@ class ChainOps(ToolOps):
             ``"warn"`` lets the call through and logs a ``CHAIN`` event.
         revoke: called with each credential reference of an archived chain; returns True when
             the credential was revoked. Exceptions count as a failed revocation.
+        archive_scope: the archive scope shared with other sessions of the store
+            (``"default"``); None keeps the archive to this session. Stores without archive
+            scopes keep it to the session too.
     """
 
     def __init__(
@@ -53,8 +72,16 @@ class ChainOps(ToolOps):
         *args: Any,
         chain_policy: ChainPolicy = "refuse",
         revoke: Callable[[str], bool] | None = None,
+        archive_scope: str | None = DEFAULT_SCOPE,
         **kwargs: Any,
     ) -> None:
+        if archive_scope is not None:
+            check_scope(archive_scope)
+        # Set before the journal is replayed, so they are not session state: the scope's records
+        # seen so far are a cache of the store, rebuilt from position 0 by every new object.
+        self._scope = archive_scope
+        self._scope_after = 0
+        self._scope_pending: dict[str, ChainRecord] = {}
         if chain_policy not in ("refuse", "warn"):
             raise InvalidInput(
                 f"chain_policy must be 'refuse' or 'warn', not {chain_policy!r}", where="chain_policy"
@@ -65,6 +92,13 @@ class ChainOps(ToolOps):
         self._revoke = revoke
         super().__init__(*args, **kwargs)
         self._guards.append(self._chain_guard)
+        store = self._store
+        if not (
+            callable(getattr(store, "archive_chain", None))
+            and callable(getattr(store, "archived_chains", None))
+        ):
+            self._scope = None
+        # Not adopted here: opening a session (``residency inspect`` does) never writes to it.
 
     def _init_state(self) -> None:
         super()._init_state()
@@ -114,6 +148,7 @@ class ChainOps(ToolOps):
         for i, name in enumerate(record.topology):
             if name not in self._tools:
                 raise NotFound(f"topology[{i}]: unknown tool {name!r} (register it first)")
+        self._adopt_scope()
         known = self._archive.get(record.digest)
         if known is not None:
             return known
@@ -121,30 +156,106 @@ class ChainOps(ToolOps):
         blob = cold_record(record, definitions, logs)
         retire = self._retired_by(record)
         record = replace(record, pointer=self._store.put_content(blob))
-        reason = f"only used by archived chain {record.digest[:12]}"
+        if self._scope is not None:
+            # The scope first: a crash before the journal leaves the chain for adoption.
+            self._store.archive_chain(self._scope, record.to_json())  # type: ignore[attr-defined]
         items: list[tuple[str, Mapping[str, Any]]] = [("archive_chain", {"chain": record.to_json()})]
-        for name in retire:
-            dest = TOOL_LIFECYCLE.fire(self._states[name], "archive", record=name, facts=self._facts(name))
-            change = {"tool": name, "trigger": "archive", "dest": dest.value, "reason": reason}
-            items.append(("transition", change))
+        items += self._retirements(retire, record)
         self._commit(*items)
         self._revoke_each(record.credentials)
         return self._archive.get(record.digest) or record
 
-    def _retired_by(self, record: ChainRecord) -> list[str]:
-        """The prefix tools the new chain takes out of the active index."""
-        trial = ChainArchive([*self._archive, record])
+    def _retirements(self, names: Iterable[str], record: ChainRecord) -> list[tuple[str, Mapping[str, Any]]]:
+        reason = f"only used by archived chain {record.digest[:12]}"
+        items: list[tuple[str, Mapping[str, Any]]] = []
+        for name in names:
+            dest = TOOL_LIFECYCLE.fire(self._states[name], "archive", record=name, facts=self._facts(name))
+            change = {"tool": name, "trigger": "archive", "dest": dest.value, "reason": reason}
+            items.append(("transition", change))
+        return items
+
+    def _retired_by(self, *records: ChainRecord) -> list[str]:
+        """The prefix tools the new chains take out of the active index."""
+        trial = ChainArchive([*self._archive, *records])
         tools = [c.tool for c in self._calls.values()]
         covered = trial.covered_calls(tools)
         elsewhere = {t for t, inside in zip(tools, covered, strict=True) if not inside}
         return [
             name
-            for name in dict.fromkeys(record.prefix)
+            for name in dict.fromkeys(n for r in records for n in r.prefix)
             if name not in elsewhere
             and name not in self._shared
             and not self.is_pinned(name)
             and self._states[name] is not ToolState.ARCHIVED
         ]
+
+    # -- the archive scope -------------------------------------------------------------------
+
+    def _read_scope(self) -> None:
+        """Read the scope's records added since the last read into the (unjournaled) cache."""
+        if self._scope is None:
+            return
+        rows = self._store.archived_chains(self._scope, self._scope_after)  # type: ignore[attr-defined]
+        for pos, data in rows:
+            self._scope_after = max(self._scope_after, int(pos))
+            try:
+                record = ChainRecord.from_json(data)
+            except (InvalidInput, KeyError, TypeError) as exc:
+                # One damaged record must not lock every session of the scope out.
+                logger.warning(
+                    "archive scope %r: record %s is unreadable (%s); skipped", self._scope, pos, exc
+                )
+                continue
+            if record.digest not in self._archive:
+                self._scope_pending[record.digest] = record
+
+    def _adopt_scope(self) -> None:
+        """Journal the scope's chains whose tools are all registered, with their retirements.
+
+        Another writer of this session (a gateway replica) may adopt the same chains first:
+        the session then catches up and looks again, once; a second conflict leaves the
+        adoption to the next occasion rather than failing the operation that asked for it.
+        """
+        if self._scope is None:
+            return
+        for _ in range(2):
+            try:
+                self._adopt_scope_once()
+                return
+            except SessionConflict:
+                continue
+
+    def _adopt_scope_once(self) -> None:
+        self._read_scope()
+        for digest in [d for d in self._scope_pending if d in self._archive]:
+            del self._scope_pending[digest]
+        ready = [r for r in self._scope_pending.values() if all(n in self._tools for n in r.topology)]
+        if not ready:
+            return
+        items: list[tuple[str, Mapping[str, Any]]] = []
+        retired: set[str] = set()
+        for i, record in enumerate(ready):
+            items.append(("archive_chain", {"chain": record.to_json(), "scope": self._scope}))
+            # Each chain retires what the chains before it in this batch left active.
+            names = [n for n in self._retired_by(*ready[: i + 1]) if n not in retired and n in record.prefix]
+            retired.update(names)
+            items += self._retirements(names, record)
+        self._commit(*items)
+        for record in ready:
+            self._scope_pending.pop(record.digest, None)
+
+    def register_tools(self, tools: Iterable[Mapping[str, Any]]) -> list[str]:
+        names = super().register_tools(tools)
+        self._adopt_scope()  # chains waiting for these tools now apply
+        return names
+
+    register_tools.__doc__ = ToolOps.register_tools.__doc__
+
+    def plan_turn(self, budget: Budget, *, phase: str | None = None) -> TurnPlan:
+        self._adopt_scope()  # the plan leaves out what chains of the scope retired
+        return super().plan_turn(budget, phase=phase)
+
+    plan_turn.__doc__ = ToolOps.plan_turn.__doc__
 
     def _apply_archive_chain(self, data: Mapping[str, Any]) -> None:
         try:
@@ -186,8 +297,10 @@ class ChainOps(ToolOps):
     # -- reading -----------------------------------------------------------------------------
 
     def chains(self) -> list[ChainRecord]:
-        """Archived chains, in the order they were archived."""
-        return list(self._archive)
+        """Archived chains, in the order they were archived, then the scope's chains this
+        session has not adopted yet (they name tools it has not registered)."""
+        self._read_scope()
+        return [*self._archive, *(r for r in self._scope_pending.values() if r.digest not in self._archive)]
 
     def chain(self, digest: str) -> ChainRecord:
         """The archived chain with that digest. Raises ``NotFound`` if there is none."""
@@ -232,11 +345,15 @@ class ChainOps(ToolOps):
         Raises:
             InvalidInput: a malformed sequence or arguments list.
         """
-        return self._archive.check(sequence, arguments)
+        self._read_scope()
+        extra = [r for r in self._scope_pending.values() if r.digest not in self._archive]
+        archive = ChainArchive([*self._archive, *extra]) if extra else self._archive
+        return archive.check(sequence, arguments)
 
     # -- the live guard ----------------------------------------------------------------------
 
     def _chain_guard(self, name: str, arguments: JSONObject) -> None:
+        self._adopt_scope()  # chains archived by other sessions of the scope since the last call
         if not len(self._archive):
             return
         tail = list(islice(reversed(self._calls.values()), self._archive.longest_run))[::-1]

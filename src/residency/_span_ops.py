@@ -146,6 +146,56 @@ class SpanOps(SessionBase):
         self._commit(("span_add", data))
         return self._spans[span_id]
 
+    def offload_span(self, text: str, tags: Iterable[str] = (), source: str = "") -> SpanRecord:
+        """Add a span that enters the window already externalized: for text too large to show.
+
+        The bytes are written to the content store (and durable) before the span is journaled,
+        and the journal holds only the key, so a large tool result never passes through it.
+        ``restore`` brings the text into the window; the store serves it by range meanwhile.
+
+        Args:
+            text: the span's text.
+            tags: as ``add_span`` (a precondition tag keeps it as a pointer, never dropped).
+            source: where it came from, e.g. ``"tool:describe_table"``.
+
+        Returns:
+            The span's record, in state ``EXTERNALIZED``.
+
+        Raises:
+            InvalidInput: text or source not a string, or malformed tags; nothing is added.
+            StoreError: the store filed the bytes under another key; nothing is journaled.
+        """
+        if not isinstance(text, str):
+            raise InvalidInput("span text must be a string", where="text")
+        if not isinstance(source, str):
+            raise InvalidInput("span source must be a string", where="source")
+        tag_set = parse_tags(tags)
+        raw = text.encode("utf-8")
+        expected = content_key(raw)
+        key = self._store.put_content(raw)
+        if key != expected:
+            raise StoreError(f"the store filed an offloaded span under {key}, expected {expected}")
+        span_id = f"s{len(self._spans) + 1}"
+        data = {
+            "id": span_id,
+            "key": key,
+            "tags": sorted(tag_set),
+            "source": source,
+            "tokens": count_tokens(text),
+            "bytes": len(raw),
+        }
+        self._commit(("span_offload", data))
+        return self._spans[span_id]
+
+    def _apply_span_offload(self, data: Mapping[str, Any]) -> None:
+        record = record_from(data, turn=self._turn)
+        self._spans[record.id] = record
+        self._span_states[record.id] = SpanState.EXTERNALIZED
+        self._stored.add(record.id)
+        self._event(
+            EventKind.SPAN, record.id, f"offloaded: {data.get('bytes', 0)} bytes to the content store"
+        )
+
     def _apply_span_add(self, data: Mapping[str, Any]) -> None:
         record = record_from(data, turn=self._turn)
         self._spans[record.id] = record

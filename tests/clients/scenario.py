@@ -37,7 +37,7 @@ from typing import Any
 
 BUDGET = 350
 INITIAL_TOOLS = ("close_incident", "add_timeline_note", "get_runbook")
-META_TOOLS = ("search_tools", "reexpand_tools", "check_chain")
+META_TOOLS = ("search_tools", "reexpand_tools", "check_chain", "archive_chain", "read_span")
 
 RESIDENT_CALL = ("get_runbook", {"runbook_id": "RB-1"})
 TOMBSTONED_TOOL = "add_timeline_note"

@@ -31,6 +31,7 @@ import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
 
+from residency._gateway import _meta_tools as meta
 from residency._gateway._connection import SESSION_META_KEY
 from residency._gateway._demo import SCENARIO_READS, desk_tools
 from tests.conftest import ROOT
@@ -45,7 +46,7 @@ FILESYSTEM = BIN / "mcp-server-filesystem"
 TS_CLIENT = PEERS / "list_changed_client.mjs"
 TS_SDK = PEERS / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
 SERVE = [sys.executable, "-m", "residency", "serve"]
-META_TOOLS = {"search_tools", "reexpand_tools", "check_chain"}
+META_TOOLS = set(meta.META_TOOLS)
 
 PEER_TIMEOUT = 90.0
 """Seconds one peer run may take (node start, gateway start, upstreams start, the request)."""

@@ -21,6 +21,7 @@ _COMMANDS = (
     "residency._cli._demo",
     "residency._cli._minify",
     "residency._cli._inspect",
+    "residency._cli._admin",
     "residency._cli._view",
     "residency._cli._bench",
     "residency._cli._lifecycle",

@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -98,6 +99,49 @@ class BudgetSettings(_Strict):
         )
 
 
+class SpanSettings(_Strict):
+    """Large upstream results (``residency.spans``).
+
+    Attributes:
+        offload_tokens: a successful text result over this many tokens is written to the
+            content store first; the client gets a preview, its size and a
+            ``residency://spans/{id}`` link, and reads the whole by range. None: off.
+        preview_chars: how much of an offloaded result the client sees at once.
+        tags: tool name -> span tags for its offloaded results (e.g. ``describe_table`` ->
+            ``["constraint"]``: a precondition span, kept by pointer and never dropped).
+    """
+
+    offload_tokens: int | None = Field(default=None, ge=1)
+    preview_chars: int = Field(default=1000, ge=0, le=100_000)
+    tags: dict[str, tuple[str, ...]] = {}
+
+
+def command_revoker(command: tuple[str, ...], timeout: float) -> Callable[[str], bool]:
+    """The revocation hook as the callback a ``Session`` takes (``revoke``).
+
+    Runs ``command`` with the credential reference appended as its last argument (no shell);
+    exit status 0 means revoked. Its output is discarded (it may quote the credential). A
+    command that cannot start or outlives ``timeout`` seconds counts as a failed revocation.
+    """
+    argv = list(command)
+
+    def revoke(reference: str) -> bool:
+        try:
+            done = subprocess.run(
+                [*argv, reference],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=timeout,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return done.returncode == 0
+
+    return revoke
+
+
 class ResidencySettings(_Strict):
     """The ``residency`` section: policy for every downstream session.
 
@@ -118,6 +162,11 @@ class ResidencySettings(_Strict):
         relist_interval: seconds after which a call re-lists its upstream before forwarding;
             a change made without ``tools/list_changed`` is noticed within it (0: every call).
         token: bearer token required by the HTTP transport (``--token`` overrides it).
+        spans: offloading of large upstream results (see ``SpanSettings``).
+        revoke_command: the revocation hook: a program and its arguments, run once per
+            credential reference of an archived chain with the reference appended (see
+            ``command_revoker``); empty: none.
+        revoke_timeout: seconds the revocation hook may take.
         read_only / mutating: override what the tools' annotations say.
     """
 
@@ -134,6 +183,13 @@ class ResidencySettings(_Strict):
     token: SecretStr | None = None
     read_only: tuple[str, ...] = ()
     mutating: tuple[str, ...] = ()
+    spans: SpanSettings = SpanSettings()
+    revoke_command: tuple[str, ...] = ()
+    revoke_timeout: float = Field(default=10.0, gt=0, le=600)
+
+    def revoker(self) -> Callable[[str], bool] | None:
+        """The configured revocation hook as a ``Session`` callback, or None."""
+        return command_revoker(self.revoke_command, self.revoke_timeout) if self.revoke_command else None
 
     @field_validator("mutating")
     @classmethod

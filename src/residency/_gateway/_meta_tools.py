@@ -1,4 +1,5 @@
-"""The gateway's own tools: ``search_tools``, ``reexpand_tools``, ``check_chain``.
+"""The gateway's own tools: ``search_tools``, ``reexpand_tools``, ``check_chain``, ``archive_chain``
+and ``read_span``.
 
 Always listed, kept small, and the same on every call: a host's prompt cache is keyed on the
 tool list, so nothing that changes turn by turn goes in it. Tombstones reach the model in the
@@ -17,20 +18,26 @@ from typing import Any
 
 import mcp_types as types
 
+from residency._core._chains import ChainArchive
 from residency._core._lifecycle import ToolState
 from residency._core._tools import JSONObject
 from residency._errors import IllegalTransition, InvalidInput, NotFound
 from residency._gateway._aggregate import Catalog
+from residency._gateway._resources import MAX_RANGE, span_range
 from residency._gateway._search import catalog_index
 from residency._session import Session
 
 __all__ = [
+    "ARCHIVE_CHAIN",
     "CHECK_CHAIN",
+    "READ_SPAN",
     "META_TOOLS",
     "REEXPAND_TOOLS",
     "SEARCH_TOOLS",
+    "archive_chain",
     "check_chain",
     "meta_tool_definitions",
+    "read_span",
     "reexpand_tools",
     "search_tools",
 ]
@@ -38,7 +45,9 @@ __all__ = [
 SEARCH_TOOLS = "search_tools"
 REEXPAND_TOOLS = "reexpand_tools"
 CHECK_CHAIN = "check_chain"
-META_TOOLS = (SEARCH_TOOLS, REEXPAND_TOOLS, CHECK_CHAIN)
+ARCHIVE_CHAIN = "archive_chain"
+READ_SPAN = "read_span"
+META_TOOLS = (SEARCH_TOOLS, REEXPAND_TOOLS, CHECK_CHAIN, ARCHIVE_CHAIN, READ_SPAN)
 
 MAX_NAMES = 20
 _WITHHELD = frozenset({ToolState.TOMBSTONED, ToolState.EVICTED})
@@ -118,7 +127,44 @@ def meta_tool_definitions(tombstones: Sequence[str] | None = None) -> list[JSONO
             },
             "annotations": _READ_ONLY,
         },
+        _ARCHIVE_CHAIN_DEFINITION,
+        _READ_SPAN_DEFINITION,
     ]
+
+
+# Listed in every session: kept short (the field checks and their messages are in the handler).
+_ARCHIVE_CHAIN_DEFINITION: JSONObject = {
+    "name": ARCHIVE_CHAIN,
+    "description": "Archive a chain you abandon after a deterministic failure of its last step, so no "
+    'session re-runs it. constraint: {"all": []} if the topology alone is fatal.',
+    # Keys in the order the wire model sends them, so the listed cost is the cost on the wire.
+    "inputSchema": {
+        "properties": {
+            "topology": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+            "failure": {"type": "string"},
+            "constraint": {"type": "object"},
+            "credentials": {"type": "array", "items": {"type": "string"}},
+            "deterministic": {"type": "boolean"},
+        },
+        "required": ["topology", "failure", "constraint"],
+        "type": "object",
+    },
+}
+
+_READ_SPAN_DEFINITION: JSONObject = {
+    "name": READ_SPAN,
+    "description": "Read an offloaded result by byte range; continue from next_offset until done.",
+    "inputSchema": {
+        "properties": {
+            "id": {"type": "string"},
+            "offset": {"type": "integer", "minimum": 0},
+            "length": {"type": "integer", "minimum": 1},
+        },
+        "required": ["id"],
+        "type": "object",
+    },
+    "annotations": _READ_ONLY,
+}
 
 
 def _result(text: str, data: JSONObject, *, error: bool = False) -> types.CallToolResult:
@@ -216,10 +262,85 @@ def check_chain(session: Session, catalog: Catalog, arguments: Mapping[str, Any]
         "rule": verdict.rule,
         "expected_failure": verdict.expected_failure,
         "conclusive": verdict.conclusive,
+        # Of every chain the verdict was checked against (the scope's, adopted or not).
+        "archive_digest": ChainArchive(session.chains()).digest(),
     }
     if verdict.span is not None:
         data["span"] = list(verdict.span)
     text = ("safe: " if verdict.safe else "collides: ") + verdict.reason
     if verdict.rule:
         text += f"\nrule: {verdict.rule}"
+    return _result(text, data)
+
+
+def archive_chain(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
+    """Archive an abandoned chain in the session's archive scope, with the embedded API's refusals."""
+    del catalog
+    topology = arguments.get("topology")
+    failure = arguments.get("failure")
+    constraint = arguments.get("constraint")
+    credentials = arguments.get("credentials", [])
+    deterministic = arguments.get("deterministic", True)
+    if not isinstance(topology, list) or not all(isinstance(n, str) and n for n in topology):
+        return _bad("topology", "a list of at least two tool names")
+    if not isinstance(failure, str) or not failure.strip() or len(failure) > 2000:
+        return _bad("failure", "the failure signature: a non-empty string of at most 2000 characters")
+    if not isinstance(constraint, dict):
+        return _bad("constraint", 'a constraint object ({"all": []} when the topology alone is fatal)')
+    if not isinstance(credentials, list) or not all(isinstance(c, str) for c in credentials):
+        return _bad("credentials", "a list of credential references (names, never values)")
+    if not isinstance(deterministic, bool):
+        return _bad("deterministic", "true or false")
+    before = set(session.tools(ToolState.ARCHIVED))
+    try:
+        record = session.archive_chain(topology, failure, constraint, credentials, deterministic)
+    except InvalidInput as exc:
+        where = exc.where or "arguments"
+        return _result(
+            f"not archived: {exc}",
+            {"error": {"reason": "invalid_input", "where": where, "path": f"$.{where}"}},
+            error=True,
+        )
+    except NotFound as exc:
+        return _result(
+            f"not archived: {exc}",
+            {"error": {"reason": "not_found", "where": "topology", "path": "$.topology"}},
+            error=True,
+        )
+    retired = [n for n in session.tools(ToolState.ARCHIVED) if n not in before]
+    data: JSONObject = {
+        "digest": record.digest,
+        "rule": record.rule,
+        "retired": retired,
+        "archive_digest": session.archive_digest(),
+    }
+    text = f"archived chain {record.digest[:12]}: {record.rule}"
+    if retired:
+        text += f"\nretired from the tool list: {', '.join(retired)}"
+    return _result(text, data)
+
+
+def read_span(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
+    """A byte range of an offloaded result (or any stored span), as text."""
+    del catalog
+    span_id = arguments.get("id")
+    offset = arguments.get("offset", 0)
+    length = arguments.get("length", MAX_RANGE)
+    if not isinstance(span_id, str) or not span_id:
+        return _bad("id", "a span id, e.g. the one an offloaded result names")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        return _bad("offset", "a whole number of bytes, 0 or more")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        return _bad("length", f"a whole number of bytes, 1 or more (at most {MAX_RANGE} are returned)")
+    try:
+        data = span_range(session, span_id, offset, length)
+    except InvalidInput as exc:
+        where = exc.where or "arguments"
+        return _result(str(exc), {"error": {"reason": "invalid_input", "path": f"$.{where}"}}, error=True)
+    except NotFound as exc:
+        return _result(str(exc), {"error": {"reason": "not_found", "path": "$.id"}}, error=True)
+    text = str(data["text"])
+    if not data["done"]:
+        where = f"bytes {data['offset']}-{data['next_offset']} of {data['bytes']}"
+        text += f"\n[residency: {where}; continue from offset {data['next_offset']}]"
     return _result(text, data)

@@ -4,7 +4,8 @@
 ``residency://tools``       the state table: every tool, its upstream, state and hash
 ``residency://chains``      archived abandoned chains with their rules
 ``residency://events``      the session's event log (re-expansions, refusals, tombstones, ...)
-``residency://spans/{id}``  one context span: its record and, when stored, its original bytes
+``residency://spans/{id}``  one context span: its record and, when stored, its original bytes;
+                           ``?offset=N&length=M`` reads a byte range of them (``span_range``)
 ``residency://upstreams``   the upstream servers: kind, status, tool count, protocol, last error
 
 Every read but ``upstreams`` is scoped to the session the request belongs to; ``upstreams`` is
@@ -15,17 +16,20 @@ is the same for everyone (it may be cached publicly); the contents change at any
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qs
 
 import mcp_types as types
 
 from residency._core._tools import JSONObject
-from residency._errors import NotFound
+from residency._errors import InvalidInput, NotFound, StoreError
 from residency._gateway._aggregate import Catalog
-from residency._gateway._config import Secrets
+from residency._gateway._config import Secrets, SpanSettings
 from residency._gateway._upstream import Upstream
 from residency._session import Session
+from residency._tokens import count_tokens
 
 __all__ = [
     "CHAINS",
@@ -34,11 +38,16 @@ __all__ = [
     "TOMBSTONES",
     "TOOLS",
     "UPSTREAMS",
+    "SPAN_META_KEY",
+    "offload_result",
     "read_resource",
     "resource_templates",
     "resources",
+    "span_range",
     "upstream_status",
 ]
+
+logger = logging.getLogger("residency.gateway")
 
 TOMBSTONES = "residency://tombstones"
 TOOLS = "residency://tools"
@@ -46,6 +55,10 @@ CHAINS = "residency://chains"
 EVENTS = "residency://events"
 SPANS = "residency://spans/"
 UPSTREAMS = "residency://upstreams"
+SPAN_META_KEY = "residency/span"
+"""``_meta`` key of an offloaded result: the span's id, uri, key, bytes and tokens."""
+MAX_RANGE = 256 * 1024
+"""The most bytes one range read returns (a client reads a larger span in several)."""
 
 
 _JSON = "application/json"
@@ -168,6 +181,16 @@ def read_resource(
         if upstreams is None:
             raise NotFound(f"{UPSTREAMS} cannot be read here: no upstreams were given to read it from")
         text = _dump(upstream_status(upstreams, secrets if secrets is not None else Secrets()))
+    elif uri.startswith(SPANS) and "?" in uri:
+        span_id, _, query = uri[len(SPANS) :].partition("?")
+        params = parse_qs(query, keep_blank_values=True)
+        offset, length = (params.get(k, [None])[-1] for k in ("offset", "length"))
+        try:
+            start = int(offset) if offset is not None else 0
+            size = int(length) if length is not None else MAX_RANGE
+        except ValueError:
+            raise InvalidInput(f"{uri}: offset and length must be whole numbers", where="uri") from None
+        text = _dump(span_range(session, span_id, start, size))
     elif uri.startswith(SPANS) and len(uri) > len(SPANS):
         record = session.span(uri[len(SPANS) :])
         data: JSONObject = {
@@ -193,3 +216,93 @@ def read_resource(
             f"{UPSTREAMS} and {SPANS}{{id}}"
         )
     return types.TextResourceContents(uri=uri, mime_type=_JSON, text=text)
+
+
+def span_range(session: Session, span_id: str, offset: int = 0, length: int = MAX_RANGE) -> JSONObject:
+    """Bytes ``offset`` to ``offset + length`` of a span's stored text, as text.
+
+    The range is moved to whole UTF-8 characters (its start back, its end back, or forward
+    when it would be empty), so pieces read one after another join to the exact original:
+    read from ``next_offset`` until ``done``.
+
+    Raises:
+        NotFound: unknown span, or its bytes are not in the store.
+        IntegrityError: the stored bytes do not match the span's key.
+        InvalidInput: a negative offset, an offset past the end, or a length under 1.
+    """
+    record = session.span(span_id)
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidInput(f"offset must be a whole number of bytes, not {offset!r}", where="offset")
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise InvalidInput(f"length must be at least 1 byte, not {length!r}", where="length")
+    raw = session.store.get_content(record.key)
+    total = len(raw)
+    if offset > total:
+        raise InvalidInput(f"offset {offset} is past the span's end ({total} bytes)", where="offset")
+    start = offset
+    while 0 < start < total and raw[start] & 0xC0 == 0x80:  # inside a character: back to its start
+        start -= 1
+    end = min(total, start + min(length, MAX_RANGE))
+    while start < end < total and raw[end] & 0xC0 == 0x80:
+        end -= 1
+    if end == start < total:  # shorter than the character there: return that one character
+        end += 1
+        while end < total and raw[end] & 0xC0 == 0x80:
+            end += 1
+    return {
+        "id": record.id,
+        "uri": SPANS + record.id,
+        "offset": start,
+        "next_offset": end,
+        "bytes": total,
+        "done": end >= total,
+        "text": raw[start:end].decode("utf-8"),
+    }
+
+
+def offload_result(
+    session: Session, result: types.CallToolResult, tool: str, settings: SpanSettings
+) -> types.CallToolResult:
+    """A large successful text result, written to the content store and replaced by a preview.
+
+    Results with structured content or non-text blocks pass whole (their shape is the
+    upstream's contract with the client). If the store cannot take the result, it passes
+    whole too: the call has already run, and losing its answer is worse than a large one.
+    """
+    limit = settings.offload_tokens
+    if limit is None or result.is_error or result.structured_content is not None or not result.content:
+        return result
+    if not all(isinstance(block, types.TextContent) for block in result.content):
+        return result
+    text = "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
+    if len(text) <= limit:  # a token is at least one character: cannot be over
+        return result
+    try:
+        if count_tokens(text) <= limit:
+            return result
+        record = session.offload_span(text, tags=settings.tags.get(tool, ()), source=f"tool:{tool}")
+    except (StoreError, InvalidInput) as exc:  # a full or failing store; tags the core refuses
+        logger.warning("%s: a large result could not be offloaded (%s); passed whole", tool, exc)
+        return result
+    size = len(text.encode("utf-8"))
+    preview = text[: settings.preview_chars]
+    uri = SPANS + record.id
+    note = (
+        f"\n[residency: result offloaded, {size} bytes (about {record.tokens} tokens); above are its first "
+        f"{len(preview)} characters. Read it by byte range with read_span(id={record.id!r}, offset, length), "
+        f"from offset {len(preview.encode('utf-8'))}, or resources/read {uri}?offset=N&length=M]"
+    )
+    meta: JSONObject = {
+        SPAN_META_KEY: {
+            "id": record.id,
+            "uri": uri,
+            "key": record.key,
+            "bytes": size,
+            "tokens": record.tokens,
+        }
+    }
+    offloaded = types.CallToolResult(
+        content=[types.TextContent(type="text", text=preview + note)], is_error=False
+    )
+    offloaded.meta = {**(result.meta or {}), **meta}
+    return offloaded

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from residency._errors import IntegrityError, InvalidInput, NotFound, StoreConflict
-from residency._store._protocol import JournalEntry, content_key
+from residency._store._protocol import JournalEntry, check_archive_record, check_scope, content_key
 
 __all__ = ["MemoryStore"]
 
@@ -22,6 +23,7 @@ class MemoryStore:
         self._journals: dict[str, list[JournalEntry]] = {}
         self._checkpoints: dict[str, tuple[int, bytes]] = {}
         self._content: dict[str, bytes] = {}
+        self._archives: dict[str, dict[str, dict[str, Any]]] = {}  # scope -> digest -> record
         self._lock = threading.Lock()
 
     def append(self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None) -> int:
@@ -88,6 +90,23 @@ class MemoryStore:
         if content_key(data) != key:
             raise IntegrityError(f"content under {key!r} does not match its hash")
         return data
+
+    def archive_chain(self, scope: str, record: Mapping[str, Any]) -> bool:
+        check_scope(scope)
+        digest, kept = check_archive_record(record)
+        with self._lock:
+            chains = self._archives.setdefault(scope, {})
+            if digest in chains:
+                return False
+            chains[digest] = kept
+            return True
+
+    def archived_chains(self, scope: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+        check_scope(scope)
+        with self._lock:
+            records = list(self._archives.get(scope, {}).values())
+        start = max(after, 0)
+        return [(pos, dict(r)) for pos, r in enumerate(records[start:], start + 1)]
 
     def close(self) -> None:
         pass

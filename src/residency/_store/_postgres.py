@@ -40,10 +40,9 @@ a log line or ``repr``: the store names itself by its redacted URL. Prefer ``PGP
 
 from __future__ import annotations
 
-import gc
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit
@@ -64,7 +63,13 @@ from residency._errors import (
 )
 from residency._store import redact_url
 from residency._store._postgres_schema import SCHEMA_VERSION, migrate
-from residency._store._protocol import JournalEntry, content_key
+from residency._store._protocol import (
+    JournalEntry,
+    check_archive_record,
+    check_scope,
+    content_key,
+    entries_from_rows,
+)
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "PostgresStore"]
 
@@ -206,6 +211,11 @@ class PostgresStore:
                 "sessions": "SELECT session_id FROM {s}.sessions",
                 "put_content": "INSERT INTO {s}.content (key, bytes) VALUES (%s, %s) ON CONFLICT DO NOTHING",
                 "get_content": "SELECT bytes FROM {s}.content WHERE key = %s",
+                "lock_scope": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                "archive_chain": "INSERT INTO {s}.chain_archive (scope, digest, record) VALUES (%s, %s, %s) "
+                "ON CONFLICT DO NOTHING RETURNING pos",
+                "archived_chains": "SELECT pos, record FROM {s}.chain_archive WHERE scope = %s AND pos > %s "
+                "ORDER BY pos",
             }.items()
         }
         with self._translate("open"):
@@ -404,24 +414,7 @@ class PostgresStore:
             StoreError: the database cannot be read, or an entry is not valid JSON.
         """
         rows = self._on("load", lambda conn: conn.execute(self._sql["load"], (session_id, after)).fetchall())
-        loads = json.loads
-        out = []
-        # As in SQLite: many small containers that all survive; the cyclic collector would
-        # rescan them again and again.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            for seq, op, data, at in rows:
-                try:
-                    out.append(JournalEntry(op, loads(data), at, seq))
-                except ValueError:
-                    raise StoreError(
-                        f"{self._url}: session {session_id!r}, journal entry {seq} is not valid JSON"
-                    ) from None
-        finally:
-            if collecting:
-                gc.enable()
-        return out
+        return entries_from_rows(rows, str(self._url), session_id)
 
     def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
         """Keep ``blob`` as the session's state after entry ``seq``, in one transaction.
@@ -506,6 +499,46 @@ class PostgresStore:
         if content_key(data) != key:
             raise IntegrityError(f"{self._url}: content under {key!r} does not match its hash")
         return data
+
+    def archive_chain(self, scope: str, record: Mapping[str, Any]) -> bool:
+        """Add a chain record to an archive scope (durable on return); False if already there.
+
+        Raises:
+            InvalidInput: a malformed scope name or record.
+        """
+        check_scope(scope)
+        digest, kept = check_archive_record(record)
+        text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
+        lock = f"residency:{self._schema}:chain_archive:{scope}"
+
+        def add(conn: psycopg.Connection[Any]) -> bool:
+            with conn.transaction():
+                conn.execute(self._sql["lock_scope"], (lock,))
+                return conn.execute(self._sql["archive_chain"], (scope, digest, text)).fetchone() is not None
+
+        return self._on("archive a chain", add)
+
+    def archived_chains(self, scope: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+        """The scope's chain records added after position ``after``, oldest first.
+
+        Raises:
+            InvalidInput: a malformed scope name.
+            StoreError: a stored record is not JSON.
+        """
+        check_scope(scope)
+        rows = self._on(
+            "read archived chains",
+            lambda conn: conn.execute(self._sql["archived_chains"], (scope, after)).fetchall(),
+        )
+        out: list[tuple[int, dict[str, Any]]] = []
+        for pos, text in rows:
+            try:
+                out.append((int(pos), json.loads(text)))
+            except ValueError:
+                raise StoreError(
+                    f"{self._url}: archived chain {pos} in scope {scope!r} is not JSON"
+                ) from None
+        return out
 
     def close(self) -> None:
         """Close the pool's connections. Further calls raise ``StoreError``; closing twice is fine."""

@@ -7,6 +7,7 @@ Layout (schema version 1), in one PostgreSQL schema of the store's own::
     journal(session_id, seq, op, data, at)           primary key (session_id, seq)
     content(key PRIMARY KEY, bytes)                  key = "sha256:" + hex digest of bytes
     checkpoints(session_id, part, seq, bytes)        primary key (session_id, part)
+    chain_archive(pos, scope, digest, record)        (version 2) archive scopes; unique (scope, digest)
 
 ``migrate`` runs in one transaction under an advisory lock named after the schema, so that
 replicas starting together create or upgrade it once. A new version adds its statements to
@@ -25,12 +26,12 @@ from residency._errors import StoreError
 
 __all__ = ["APPLICATION", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The newest layout this module writes and reads."""
 APPLICATION = "residency"
 """What ``residency_version.application`` says in a schema of ours."""
 
-_TABLES = frozenset({"residency_version", "sessions", "journal", "content", "checkpoints"})
+_TABLES = frozenset({"residency_version", "sessions", "journal", "content", "checkpoints", "chain_archive"})
 
 # Each version's statements, applied in order; ``{s}`` is the schema. Text columns are
 # "C"-collated: ids and keys compare by bytes, as in SQLite and in Python.
@@ -44,6 +45,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         'CREATE TABLE {s}.content (key text COLLATE "C" PRIMARY KEY, bytes bytea NOT NULL)',
         'CREATE TABLE {s}.checkpoints (session_id text COLLATE "C" NOT NULL, part integer NOT NULL, '
         "seq bigint NOT NULL, bytes bytea NOT NULL, PRIMARY KEY (session_id, part))",
+    ),
+    # Archive scopes. Writers of one scope take an advisory lock, so positions are committed in
+    # order and a reader that resumes after the last position it saw misses nothing.
+    2: (
+        'CREATE TABLE {s}.chain_archive (pos bigserial PRIMARY KEY, scope text COLLATE "C" NOT NULL, '
+        'digest text COLLATE "C" NOT NULL, record text NOT NULL, UNIQUE (scope, digest))',
     ),
 }
 

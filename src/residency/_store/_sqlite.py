@@ -49,20 +49,26 @@ sqlite3 traceback.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import secrets
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from residency._errors import ConfigError, IntegrityError, InvalidInput, NotFound, StoreConflict, StoreError
 from residency._store._memory import MemoryStore
-from residency._store._protocol import JournalEntry, Store, content_key
+from residency._store._protocol import (
+    JournalEntry,
+    Store,
+    check_archive_record,
+    check_scope,
+    content_key,
+    entries_from_rows,
+)
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "open_store"]
 
@@ -85,6 +91,12 @@ _SCHEMA = (
     "op TEXT NOT NULL, data TEXT NOT NULL, at REAL NOT NULL, UNIQUE (session_id, seq))",
     "CREATE TABLE content (key TEXT PRIMARY KEY, bytes BLOB NOT NULL)",
     _CHECKPOINTS,
+)
+# Created on first use (IF NOT EXISTS), so files without archive scopes keep schema 2 and stay
+# readable by versions that do not know the table. ``pos`` orders a scope's records.
+_CHAIN_ARCHIVE = (
+    "CREATE TABLE IF NOT EXISTS chain_archive (pos INTEGER PRIMARY KEY, scope TEXT NOT NULL, "
+    "digest TEXT NOT NULL, record TEXT NOT NULL, UNIQUE (scope, digest))"
 )
 _TABLES_V1 = frozenset({"residency_meta", "sessions", "journal", "content"})
 _TABLES = _TABLES_V1 | {"checkpoints"}
@@ -129,6 +141,7 @@ class SQLiteStore:
         self._durability = durability
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._has_archive = False  # the chain_archive table is known to exist
         parent = Path(self._path).parent
         if self._path != ":memory:" and not parent.is_dir():
             raise StoreError(f"{self._path}: cannot create the store: folder {str(parent)!r} does not exist")
@@ -395,24 +408,7 @@ class SQLiteStore:
                 "SELECT seq, op, data, at FROM journal WHERE session_id = ? AND seq > ? ORDER BY seq",
                 (session_id, after),
             ).fetchall()
-        loads = json.loads
-        out = []
-        # Decoding builds many small containers that all survive; the cyclic collector would
-        # rescan them again and again (about a third of the time on 200k entries).
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            for seq, op, data, at in rows:
-                try:
-                    out.append(JournalEntry(op, loads(data), at, seq))
-                except ValueError:
-                    raise StoreError(
-                        f"{self._path}: session {session_id!r}, journal entry {seq} is not valid JSON"
-                    ) from None
-        finally:
-            if collecting:
-                gc.enable()
-        return out
+        return entries_from_rows(rows, str(self._path), session_id)
 
     def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
         """Keep ``blob`` as the session's state after entry ``seq``, in one transaction.
@@ -509,6 +505,55 @@ class SQLiteStore:
         if content_key(data) != key:
             raise IntegrityError(f"{self._path}: content under {key!r} does not match its hash")
         return data
+
+    def archive_chain(self, scope: str, record: Mapping[str, Any]) -> bool:
+        """Add a chain record to an archive scope (durable on return); False if already there.
+
+        Raises:
+            InvalidInput: a malformed scope name or record.
+        """
+        check_scope(scope)
+        digest, kept = check_archive_record(record)
+        text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
+        with self._connection("archive a chain") as conn:
+            if not self._has_archive:
+                conn.execute(_CHAIN_ARCHIVE)
+                self._has_archive = True
+            cursor = conn.execute(
+                "INSERT OR IGNORE INTO chain_archive (scope, digest, record) VALUES (?, ?, ?)",
+                (scope, digest, text),
+            )
+            return cursor.rowcount == 1
+
+    def archived_chains(self, scope: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+        """The scope's chain records added after position ``after``, oldest first.
+
+        Raises:
+            InvalidInput: a malformed scope name.
+            StoreError: a stored record is not JSON (the file is damaged).
+        """
+        check_scope(scope)
+        with self._connection("read archived chains") as conn:
+            if not self._has_archive:
+                found = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chain_archive'"
+                ).fetchone()
+                if found is None:
+                    return []
+                self._has_archive = True
+            rows = conn.execute(
+                "SELECT pos, record FROM chain_archive WHERE scope = ? AND pos > ? ORDER BY pos",
+                (scope, after),
+            ).fetchall()
+        out: list[tuple[int, dict[str, Any]]] = []
+        for pos, text in rows:
+            try:
+                data = json.loads(text)
+            except ValueError:
+                what = f"archived chain {pos} in scope {scope!r}"
+                raise StoreError(f"{self._path}: {what} is not JSON") from None
+            out.append((int(pos), data))
+        return out
 
     def close(self) -> None:
         """Close the file. Further calls raise ``StoreError``; closing twice is fine."""

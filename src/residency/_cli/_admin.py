@@ -1,0 +1,172 @@
+"""``residency admin``: operator changes to the sessions and archive scopes of a store.
+
+``chains list``   the chains archived in a scope (``--scope``, default ``default``), oldest first
+``readmit TOOL``  bring an archived tool back into a session's index (``--session``)
+``mark-shared TOOL [TOOL ...]``  mark tools shared in a session: archiving never retires them
+``revoke``        list a session's credential references not yet revoked; with ``--retry``, run
+                  the configured revocation hook (``--config``) for each, journaling each outcome
+
+Each change goes through the session's own operation, so it is journaled like any other (and
+shown by ``residency inspect``). A refused change (unknown session, unknown tool, a tool that
+is not archived) writes nothing and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from residency._core._chains import ChainRecord
+from residency._errors import ConfigError, InvalidInput, ResidencyError
+from residency._gateway._config import load_config
+from residency._session import Session
+from residency._store import open_store, redact_url
+from residency._store._protocol import DEFAULT_SCOPE, Store
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "admin",
+        help="operator changes: list archived chains, re-admit a tool, mark tools shared",
+        description="Change a residency store's sessions as an operator; every change is "
+        "journaled. Exit codes: 0 done, 2 bad usage, a missing store, an unknown session or "
+        "tool, or a refused change (nothing is written).",
+    )
+    p.add_argument(
+        "store", metavar="STORE", help="sqlite:///path.db (or a path to a .db file), or postgresql://..."
+    )
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    chains = actions.add_parser("chains", help="archived chains")
+    chains_actions = chains.add_subparsers(dest="chains_action", metavar="ACTION", required=True)
+    listing = chains_actions.add_parser("list", help="list the chains archived in a scope")
+    listing.add_argument(
+        "--scope", default=DEFAULT_SCOPE, help=f"the archive scope (default {DEFAULT_SCOPE})"
+    )
+    listing.add_argument("--json", action="store_true", help="print the records as JSON")
+    listing.set_defaults(run=_chains_list)
+
+    readmit = actions.add_parser("readmit", help="bring an archived tool back into a session's index")
+    readmit.add_argument("tool", metavar="TOOL")
+    readmit.add_argument("--session", required=True, metavar="ID", help="the session to change")
+    readmit.set_defaults(run=_readmit)
+
+    shared = actions.add_parser("mark-shared", help="mark tools shared: archiving never retires them")
+    shared.add_argument("tools", metavar="TOOL", nargs="+")
+    shared.add_argument("--session", required=True, metavar="ID", help="the session to change")
+    shared.set_defaults(run=_mark_shared)
+
+    revoke = actions.add_parser("revoke", help="credential references of archived chains not yet revoked")
+    revoke.add_argument("--session", required=True, metavar="ID", help="the session")
+    revoke.add_argument("--retry", action="store_true", help="run the revocation hook for each of them")
+    revoke.add_argument("--config", metavar="PATH", help="gateway config with residency.revoke_command")
+    revoke.set_defaults(run=_revoke)
+
+
+def _open(location: str) -> Store:
+    url = location if "://" in location or location.startswith("memory:") else f"sqlite:///{location}"
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///") :])
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such store file", where="store")
+    return open_store(url, create=False)  # an operator command never creates or upgrades a store
+
+
+def _fail(message: object) -> int:
+    print(f"residency admin: {message}", file=sys.stderr)
+    return 2
+
+
+def _chains_list(args: argparse.Namespace) -> int:
+    try:
+        store = _open(args.store)
+    except ResidencyError as exc:
+        return _fail(exc)
+    try:
+        listed = getattr(store, "archived_chains", None)
+        if not callable(listed):
+            return _fail(f"{redact_url(args.store)}: this store keeps no archive scopes")
+        records: list[dict[str, Any]] = [r for _, r in listed(args.scope)]
+        if args.json:
+            print(json.dumps({"scope": args.scope, "chains": records}, indent=2, sort_keys=True))
+            return 0
+        if not records:
+            print(f"(no chains archived in scope {args.scope!r})")
+        for data in records:
+            try:
+                rule = ChainRecord.from_json(data).rule
+            except (InvalidInput, KeyError, TypeError):
+                rule = "(unreadable record)"
+            print(f"{str(data.get('digest'))[:12]}  {rule}")
+        return 0
+    except ResidencyError as exc:
+        return _fail(exc)
+    finally:
+        store.close()
+
+
+def _session_change(args: argparse.Namespace, change: Any, **options: Any) -> int:
+    try:
+        store = _open(args.store)
+    except ResidencyError as exc:
+        return _fail(exc)
+    try:
+        if args.session not in store.sessions():
+            return _fail(f"no session {args.session!r} in {redact_url(args.store)}")
+        session = Session(store, session_id=args.session, resume=True, **options)
+        text, code = change(session)
+        print(text)
+        return int(code)
+    except ResidencyError as exc:
+        return _fail(exc)
+    finally:
+        store.close()
+
+
+def _readmit(args: argparse.Namespace) -> int:
+    def readmit(session: Session) -> tuple[str, int]:
+        state = session.readmit(args.tool)
+        return f"{args.tool}: re-admitted ({state.value}) in session {session.session_id}", 0
+
+    return _session_change(args, readmit)
+
+
+def _mark_shared(args: argparse.Namespace) -> int:
+    def mark(session: Session) -> tuple[str, int]:
+        session.mark_shared(*args.tools)
+        return f"{', '.join(args.tools)}: marked shared in session {session.session_id}", 0
+
+    return _session_change(args, mark)
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    options: dict[str, Any] = {}
+    if args.retry:
+        if args.config is None:
+            return _fail(
+                "revoke --retry needs --config PATH (a gateway config with residency.revoke_command)"
+            )
+        try:
+            revoker = load_config(args.config).residency.revoker()
+        except ResidencyError as exc:
+            return _fail(exc)
+        if revoker is None:
+            return _fail(f"{args.config}: no revocation hook is configured (residency.revoke_command)")
+        options["revoke"] = revoker
+
+    def revoke(session: Session) -> tuple[str, int]:
+        if not args.retry:
+            pending = session.pending_revocations()
+            return "\n".join(pending) if pending else "(nothing to revoke)", 0
+        outcomes = session.revoke_pending()
+        if not outcomes:
+            return "(nothing to revoke)", 0
+        lines = [f"{ref}: {'revoked' if ok else 'failed'}" for ref, ok in sorted(outcomes.items())]
+        return "\n".join(lines), 0 if all(outcomes.values()) else 1
+
+    return _session_change(args, revoke, **options)
