@@ -46,11 +46,6 @@ class Rule:
     code: int = types.INTERNAL_ERROR
 
 
-def _optional(name: str, reason: str, as_result: bool, code: int = types.INTERNAL_ERROR) -> tuple[Rule, ...]:
-    found = getattr(domain, name, None)
-    return (Rule(found, reason, as_result, code),) if isinstance(found, type) else ()
-
-
 RULES: tuple[Rule, ...] = (
     Rule(domain.ToolNotResident, "tool_not_resident", True, types.INVALID_PARAMS),
     Rule(domain.ToolArchived, "tool_archived", True, types.INVALID_PARAMS),
@@ -61,7 +56,7 @@ RULES: tuple[Rule, ...] = (
     Rule(domain.GhostToolError, "ghost_tool", True, types.INVALID_PARAMS),
     Rule(domain.IllegalTransition, "illegal_transition", True, types.INVALID_PARAMS),
     Rule(domain.UnrecoverablePruneError, "unrecoverable_prune", True, types.INVALID_PARAMS),
-    *_optional("UnverifiedSummary", "unverified_summary", True, types.INVALID_PARAMS),
+    Rule(domain.UnverifiedSummary, "unverified_summary", True, types.INVALID_PARAMS),
     Rule(domain.SessionConflict, "session_conflict", False, types.INTERNAL_ERROR),
     Rule(domain.SessionLimitReached, "session_limit", False, types.INVALID_REQUEST),
     Rule(domain.ConcurrentUse, "concurrent_use", False, types.INTERNAL_ERROR),
