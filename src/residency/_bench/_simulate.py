@@ -337,7 +337,7 @@ class DeferStrategy(Strategy):
 
     def __init__(self, toolset: Toolset, trace: Trace) -> None:
         self._pinned = frozenset(trace.pinned)
-        self._search_tool = model_view(meta_tool_definitions(None)[0])
+        self._search_tool = model_view(meta_tool_definitions()[0])
         super().__init__(toolset)
         self._server_of = toolset.server_of
         # tool -> (the search exchange that returned its definition, the schema in it)

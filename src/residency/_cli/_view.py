@@ -1,7 +1,7 @@
 """``residency view``: what the model sees now in one gateway session, read from its store.
 
 Prints the tools the gateway lists for the session (its resident tools, in the gateway's
-order, each with the tokens of its shown, minified definition), the three meta-tools with
+order, each with the tokens of its shown, minified definition), the meta-tools with
 their tokens (the same in every session), the total, and the tombstone lines (which the model
 got in call results and ``residency://tombstones``, not in the list). Nothing in the store is
 changed.

@@ -13,7 +13,7 @@ arguments give an ``isError`` result naming the field.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
@@ -59,15 +59,12 @@ _REEXPAND_BASE = (
 )
 
 
-def meta_tool_definitions(tombstones: Sequence[str] | None = None) -> list[JSONObject]:
+def meta_tool_definitions() -> list[JSONObject]:
     """The meta-tools as ``tools/list`` entries: the same for every session on every call.
 
-    Args:
-        tombstones: ignored, kept so that older callers still work. Tombstone lines no longer
-            go in ``reexpand_tools``' description: they changed the list, and so the host's
-            cached prompt, every time a tool was withheld.
+    Tombstone lines are not in ``reexpand_tools``' description: they would change the list, and
+    so the host's cached prompt, every time a tool was withheld.
     """
-    del tombstones
     reexpand = _REEXPAND_BASE
     return [
         {

@@ -21,8 +21,9 @@ Every request is mapped to a session key (``_connection.session_key``) and so to
    ``ToolsListChanged`` (and ``resources/updated`` for ``residency://tombstones``) on the
    session's listen streams in the 2026-07-28 era.
 
-In both eras ``tools/list`` is the caller's session view: its resident tools (minified) plus
-the meta-tools, with the tombstones in ``reexpand_tools``' description. Agent frameworks let
+In both eras ``tools/list`` is the caller's session view: its resident tools (minified, in the
+order they became resident) plus the meta-tools, whose definitions never change; tombstones
+reach the model in the result of the call that creates them. Agent frameworks let
 the model call listed tools only, so a re-expanded tool must be listed. 2026-07-28 answers are
 ``cacheScope: "private"`` with ``ttlMs: 0`` (the list differs per caller and may change), and
 changes go out on the session's ``subscriptions/listen`` stream. A call to an evicted tool (no
@@ -121,6 +122,8 @@ EVICTED_META_KEY = "residency/evicted_calls"
 EVICT_META_KEY = "residency/evict"
 PHASE_META_KEY = "residency/phase"
 _UNBOUNDED = 1 << 62
+_META_TOOL_MODELS = tuple(types.Tool.model_validate(d) for d in meta.meta_tool_definitions())
+"""The meta-tools as listed: the same for every session, so built once."""
 ANONYMOUS = "anonymous"
 """The key of a throwaway session given to a caller that names none and has no identity."""
 RELIST_INTERVAL = 30.0
@@ -562,8 +565,8 @@ class Gateway:
         s = gs.session
         resident = gs.resident_definitions(self.catalog)
         tools = [self._tool_model(n, h, d) for n, h, d in resident]
-        tools += [types.Tool.model_validate(d) for d in meta.meta_tool_definitions()]
-        shown = sum(s.tool(n).tokens for n, _, _ in resident) + meta_tool_tokens(())
+        tools += _META_TOOL_MODELS
+        shown = sum(s.tool(n).tokens for n, _, _ in resident) + meta_tool_tokens()
         self.telemetry.listed(gs.key, shown, self.catalog_tokens())
         if is_modern(ctx):
             # Per caller and liable to change at any turn: never cached, never shared.

@@ -60,14 +60,11 @@ well under a millisecond, a subprocess or remote one in milliseconds to a minute
 call timeout)."""
 
 
-@functools.lru_cache(maxsize=512)
-def meta_tool_tokens(tombstones: tuple[str, ...]) -> int:
-    """Tokens of the three meta-tools as listed with these tombstone lines.
-
-    Counted tool by tool, like ``ToolSpec.tokens``. Cached: a session's tombstones change
-    rarely, and its list is answered often.
-    """
-    return sum(count_tokens(d) for d in meta_tool_definitions(tombstones))
+@functools.cache
+def meta_tool_tokens() -> int:
+    """Tokens of the meta-tools as listed (the same for every session), counted tool by tool
+    like ``ToolSpec.tokens``, once per process."""
+    return sum(count_tokens(d) for d in meta_tool_definitions())
 
 
 class Telemetry:

@@ -6,8 +6,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from residency._errors import IntegrityError, InvalidInput, NotFound, StoreConflict
-from residency._store._protocol import JournalEntry, check_archive_record, check_scope, content_key
+from residency._errors import InvalidInput, StoreConflict
+from residency._store._protocol import (
+    JournalEntry,
+    check_archive_record,
+    check_scope,
+    content_key,
+    verified_content,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -83,13 +89,7 @@ class MemoryStore:
         return key
 
     def get_content(self, key: str) -> bytes:
-        try:
-            data = self._content[key]
-        except KeyError:
-            raise NotFound(f"no content stored under {key!r}") from None
-        if content_key(data) != key:
-            raise IntegrityError(f"content under {key!r} does not match its hash")
-        return data
+        return verified_content(self._content.get(key), key)
 
     def archive_chain(self, scope: str, record: Mapping[str, Any]) -> bool:
         check_scope(scope)

@@ -55,9 +55,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from residency._errors import (
     ConfigError,
-    IntegrityError,
     InvalidInput,
-    NotFound,
     StoreConflict,
     StoreError,
 )
@@ -69,6 +67,7 @@ from residency._store._protocol import (
     check_scope,
     content_key,
     entries_from_rows,
+    verified_content,
 )
 
 __all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "PostgresStore"]
@@ -493,12 +492,7 @@ class PostgresStore:
             IntegrityError: the stored bytes no longer match the key.
         """
         row = self._on("get content", lambda conn: conn.execute(self._sql["get_content"], (key,)).fetchone())
-        if row is None:
-            raise NotFound(f"no content stored under {key!r}")
-        data = bytes(row[0])
-        if content_key(data) != key:
-            raise IntegrityError(f"{self._url}: content under {key!r} does not match its hash")
-        return data
+        return verified_content(None if row is None else bytes(row[0]), key, self._url)
 
     def archive_chain(self, scope: str, record: Mapping[str, Any]) -> bool:
         """Add a chain record to an archive scope (durable on return); False if already there.

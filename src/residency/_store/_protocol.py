@@ -174,6 +174,23 @@ def content_key(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def verified_content(data: bytes | None, key: str, where: str = "") -> bytes:
+    """The bytes a store read under ``key`` (None: nothing there), checked against the key.
+
+    Raises:
+        NotFound: no content under that key.
+        IntegrityError: the stored bytes no longer match the key (``where`` names the store).
+    """
+    from residency._errors import IntegrityError, NotFound
+
+    if data is None:
+        raise NotFound(f"no content stored under {key!r}")
+    if content_key(data) != key:
+        prefix = f"{where}: " if where else ""
+        raise IntegrityError(f"{prefix}content under {key!r} does not match its hash")
+    return data
+
+
 def check_scope(scope: object) -> None:
     """Refuse an archive scope name that is not a short non-empty string (``InvalidInput``)."""
     if not isinstance(scope, str) or not scope or len(scope) > MAX_SCOPE_LENGTH:

@@ -59,7 +59,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from residency._errors import ConfigError, IntegrityError, InvalidInput, NotFound, StoreConflict, StoreError
+from residency._errors import ConfigError, InvalidInput, StoreConflict, StoreError
 from residency._store._memory import MemoryStore
 from residency._store._protocol import (
     JournalEntry,
@@ -68,6 +68,7 @@ from residency._store._protocol import (
     check_scope,
     content_key,
     entries_from_rows,
+    verified_content,
 )
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "open_store"]
@@ -499,12 +500,7 @@ class SQLiteStore:
         """
         with self._connection("get content") as conn:
             row = conn.execute("SELECT bytes FROM content WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            raise NotFound(f"no content stored under {key!r}")
-        data = bytes(row[0])
-        if content_key(data) != key:
-            raise IntegrityError(f"{self._path}: content under {key!r} does not match its hash")
-        return data
+        return verified_content(None if row is None else bytes(row[0]), key, str(self._path))
 
     def archive_chain(self, scope: str, record: Mapping[str, Any]) -> bool:
         """Add a chain record to an archive scope (durable on return); False if already there.
