@@ -27,7 +27,7 @@ from residency._store._protocol import content_key
 SESSION = "crash"
 BATCHES = "crash-batches"
 TAGS = ["constraint", "invariant", "diff", "plan", "negative_result"]
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "name": f"tool_{i}",
         "description": f"Tool {i}.",

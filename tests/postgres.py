@@ -1,13 +1,16 @@
 """The PostgreSQL server the tests use: ``RESIDENCY_PG_URL``, one throwaway schema per test.
 
 Without ``RESIDENCY_PG_URL`` the PostgreSQL tests skip with the reason; when ``CI`` is set they
-fail instead (``.ci/run`` sets the URL and checks the server first).
+fail instead (``.ci/run`` sets the URL and checks the server first). Outages are made two ways,
+neither needing root: ``terminate`` kills a replica's server connections, and a ``Relay`` (a TCP
+relay the replica connects through) is cut and restored like a network link.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import pytest
@@ -57,3 +60,97 @@ def drop_schema(url: str, schema: str) -> None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def terminate(url: str, application_name: str) -> int:
+    """``pg_terminate_backend`` every connection named ``application_name``; how many there were."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application_name,),
+        ).fetchall()
+    return len(rows)
+
+
+class Relay:
+    """A TCP relay in front of PostgreSQL that a test cuts and restores: a network outage
+    without root. ``cut`` drops every relayed connection and refuses new ones (the port stays
+    reserved by nobody for the moment); ``restore`` listens on the same port again.
+
+    Args:
+        url: the real server's URL; ``url_via`` rewrites a URL to go through the relay.
+    """
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self._target = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self.port = 0
+        self._scope: Any = None
+        self._tg: Any = None
+        self.relayed = 0  # connections relayed so far
+
+    def url_via(self, url: str) -> str:
+        """``url`` with its host and port replaced by the relay's."""
+        parts = urlsplit(url)
+        user = parts.netloc.rpartition("@")[0]
+        netloc = f"{user}@127.0.0.1:{self.port}" if user else f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    async def __aenter__(self) -> Relay:
+        import anyio
+
+        self._tg = await anyio.create_task_group().__aenter__()
+        await self.restore()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._tg.cancel_scope.cancel()
+        await self._tg.__aexit__(None, None, None)
+
+    async def restore(self) -> None:
+        """Accept (and relay) connections again, on the same port."""
+        await self._tg.start(self._serve)
+
+    def cut(self) -> None:
+        """Drop every relayed connection now and refuse new ones until ``restore``."""
+        if self._scope is not None:
+            self._scope.cancel()
+            self._scope = None
+
+    async def _serve(self, *, task_status: Any) -> None:
+        import anyio
+        from anyio.abc import SocketAttribute
+
+        with anyio.CancelScope() as scope:
+            listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
+            async with listener:
+                self.port = listener.extra(SocketAttribute.local_port)
+                self._scope = scope
+                task_status.started()
+                await listener.serve(self._relay)
+
+    async def _relay(self, client: Any) -> None:
+        import anyio
+
+        self.relayed += 1
+        async with client:
+            try:
+                server = await anyio.connect_tcp(*self._target)
+            except OSError:
+                return
+            async with server, anyio.create_task_group() as tg:
+
+                async def pump(source: Any, sink: Any) -> None:
+                    try:
+                        async for chunk in source:
+                            await sink.send(chunk)
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        pass
+                    finally:
+                        tg.cancel_scope.cancel()
+
+                tg.start_soon(pump, client, server)
+                tg.start_soon(pump, server, client)

@@ -20,7 +20,11 @@ from residency import (
 from tests.postgres import drop_schema, new_schema, pg_url, with_params
 from tests.test_chain_session import BIG, CHAIN, FAILURE, LARGE, SMALL, TOOLS, abandon, use
 
-TWO = (["summarize", "send_report"], "422 report too long", {"all": []})
+TWO: tuple[list[str], str, dict[str, Any]] = (
+    ["summarize", "send_report"],
+    "422 report too long",
+    {"all": []},
+)
 
 
 def opened(store: Any, session_id: str, **kw: Any) -> Session:
@@ -152,6 +156,35 @@ def test_a_chain_naming_tools_a_session_lacks_waits_until_they_are_registered() 
     assert b.state("html_parser") is ToolState.ARCHIVED
 
 
+def test_check_chain_and_its_digest_follow_pending_chains_as_the_scope_and_the_archive_grow() -> None:
+    from residency import Budget
+    from residency._core._chains import ChainArchive
+
+    store = MemoryStore()
+    a = opened(store, "a")
+    first = a.archive_chain(CHAIN, FAILURE, BIG)
+    b = Session(store, session_id="b")
+    b.register_tools(TOOLS[3:])  # summarize, send_report only: a's chains stay pending
+    assert b.check_chain(["search_api_v2", "html_parser"], [{}, SMALL]).safe
+    assert not b.check_chain(CHAIN[:2], [{}, LARGE]).safe
+    assert b.chains_digest() == ChainArchive([first]).digest() != b.archive_digest()
+    two = b.archive_chain(*TWO)  # the archive grows while chains are pending
+    assert not b.check_chain(["summarize", "send_report"]).safe
+    assert b.chains_digest() == ChainArchive([first, two]).digest() == a.chains_digest()
+    later = a.archive_chain(["html_parser", "llm_extractor"], "400 schema mismatch", {"all": []})
+    assert not b.check_chain(["search_api_v2", "html_parser", "llm_extractor"], [{}, SMALL, {}]).safe
+    assert b.chains_digest() == ChainArchive([first, two, later]).digest()
+    b.authorize_call("send_report", {"to": "ops"})  # looks at the pending chains: none is ready
+    assert len(b.chains()) == 3 and b.archive_digest() == ChainArchive([two]).digest()
+    c = opened(store, "c")
+    ready = c.archive_chain(["send_report", "summarize"], "409 report locked", {"all": []})
+    b.plan_turn(Budget(schema_tokens=100_000, argument_tokens=100_000))  # b has its tools: adopted
+    assert b.archive_digest() == ChainArchive([two, ready]).digest()
+    b.register_tools(TOOLS)  # adopts the rest: nothing pending any more
+    assert b.chains_digest() == b.archive_digest() == c.chains_digest()
+    assert len(b.chains()) == 4
+
+
 def test_sessions_that_archive_different_chains_end_with_the_same_digest() -> None:
     store = MemoryStore()
     a, b = opened(store, "a"), opened(store, "b")
@@ -243,7 +276,7 @@ def test_a_version_1_postgres_schema_is_upgraded_and_keeps_its_sessions(pg_schem
     with psycopg.connect(pg_url(), autocommit=True) as admin:  # back to what version 1 wrote
         s = sql.Identifier(schema)
         admin.execute(sql.SQL("DROP TABLE {}.chain_archive").format(s))
-        admin.execute(sql.SQL("DELETE FROM {}.residency_version WHERE version = 2").format(s))
+        admin.execute(sql.SQL("DELETE FROM {}.residency_version WHERE version >= 2").format(s))
     with pytest.raises(StoreError):
         PostgresStore(pg_schema_url, create=False)  # a read-only open never upgrades
     upgraded = PostgresStore(pg_schema_url)

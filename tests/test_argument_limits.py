@@ -18,10 +18,11 @@ import pytest
 from residency import ArgumentsInvalid, InvalidInput, Session
 from residency import _tokens as tokens
 from residency._core._validation import MAX_ARGUMENT_BYTES, MAX_ARGUMENT_VALUES, PATTERN_BACKTRACK_LIMIT
+from tests._timing import TEST
 from tests.conftest import load_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
-WAIT = 120  # seconds for a subprocess that should take one: a loaded machine, not a cost bound
+WAIT = TEST  # for a subprocess that should take one: a loaded machine, not a cost bound
 
 
 def _session(schema: dict[str, Any]) -> Session:

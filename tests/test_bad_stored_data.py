@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +18,12 @@ from residency import (
     JournalEntry,
     MemoryStore,
     Session,
-    SpanState,
     SQLiteStore,
     StoreError,
     ToolState,
     open_store,
 )
-from residency._store._checkpoint import encode_checkpoint
+from residency._store._checkpoint import decode_checkpoint, encode_checkpoint
 
 SID = "stored"
 TOOLS = [
@@ -45,7 +43,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 # -- malformed journal entries -----------------------------------------------------------------
 
-MALFORMED = {
+MALFORMED: dict[str, tuple[str, Any]] = {
     "call without tool": ("call", {"id": "c1", "arguments": {}, "tokens": 1}),
     "transition without dest": ("transition", {"tool": "read", "trigger": "prune"}),
     "transition to no state": ("transition", {"tool": "read", "trigger": "prune", "dest": "gone"}),
@@ -85,7 +83,11 @@ def test_a_store_file_truncated_to_zero_bytes_is_refused_and_left_alone(tmp_path
     with SQLiteStore(path) as store:
         Session(store, session_id=SID).register_tools(TOOLS)
     path.write_bytes(b"")
-    for opening in (lambda: SQLiteStore(path), lambda: open_store(f"sqlite:///{path}")):
+    openings: list[Callable[[], object]] = [
+        lambda: SQLiteStore(path),
+        lambda: open_store(f"sqlite:///{path}"),
+    ]
+    for opening in openings:
         with pytest.raises(StoreError):
             opening()
     assert path.read_bytes() == b""  # nothing was written to it: it is still there to restore
@@ -131,36 +133,43 @@ def _session_with_history(store: Any) -> Session:
     return s
 
 
+# Each forgery edits the checkpoint's saved state (``residency._core._state_format``) as an
+# attacker with write access to the store could, keeping it well-formed.
+
+
 def _ghost(state: dict[str, Any]) -> None:
-    state["_states"] = {**state["_states"], "read": ToolState.EVICTED}  # c1's arguments stay visible
+    state["states"] = {**state["states"], "read": "evicted"}  # c1's arguments stay visible
 
 
 def _gap_in_call_ids(state: dict[str, Any]) -> None:
-    calls = dict(state["_calls"])
-    calls["c3"] = replace(calls.pop("c2"), id="c3")
-    state["_calls"] = calls
+    ids = list(state["calls"][0])
+    ids[ids.index("c2")] = "c3"
+    state["calls"] = (ids, *state["calls"][1:])
 
 
 def _counts_disagree(state: dict[str, Any]) -> None:
-    state["_resident_by_tool"] = {**state["_resident_by_tool"], "read": 0}
+    state["resident_by_tool"] = {**state["resident_by_tool"], "read": 0}
 
 
 def _argument_total_off(state: dict[str, Any]) -> None:
-    state["_argument_total"] = state["_argument_total"] + 7
+    state["argument_total"] = state["argument_total"] + 7
 
 
 def _precondition_evicted(state: dict[str, Any]) -> None:
-    state["_span_states"] = {**state["_span_states"], "s1": SpanState.EVICTED}
+    state["span_states"] = {**state["span_states"], "s1": "evicted"}
 
 
 def _left_without_a_copy(state: dict[str, Any]) -> None:
-    state["_span_states"] = {**state["_span_states"], "s2": SpanState.EVICTED}
+    state["span_states"] = {**state["span_states"], "s2": "evicted"}
 
 
 def _pinned_to_another_definition(state: dict[str, Any]) -> None:
-    spec = state["_tools"]["read"]
-    forged = {**spec.definition, "description": "now it deletes things"}
-    state["_tools"] = {**state["_tools"], "read": replace(spec, definition=forged)}
+    rows = []
+    for name, definition, digest, shown, tokens in state["tools"]:
+        if name == "read":
+            definition = {**definition, "description": "now it deletes things"}
+        rows.append((name, definition, digest, shown, tokens))
+    state["tools"] = rows
 
 
 FORGERIES: dict[str, Callable[[dict[str, Any]], None]] = {
@@ -179,14 +188,14 @@ def test_a_forged_well_formed_checkpoint_is_not_used(
     store: Any, forgery: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     honest = _session_with_history(store)
-    seq = store.load_checkpoint(SID)[0]
-    state = {name: getattr(honest, name) for name in honest._layout}
+    seq, blob = store.load_checkpoint(SID)
+    state = decode_checkpoint(blob, SID, seq)
+    assert state is not None
     FORGERIES[forgery](state)
-    honest._checkpoint_encode(state)
-    store.save_checkpoint(SID, seq, encode_checkpoint(SID, seq, honest._layout, state))
+    store.save_checkpoint(SID, seq, encode_checkpoint(SID, seq, state))
     with caplog.at_level(logging.WARNING, logger="residency"):
         reopened = Session(store, session_id=SID)
-    assert reopened._restored_seq == 0  # replayed the journal instead
+    assert reopened.restored_from == 0  # replayed the journal instead
     assert reopened.snapshot() == honest.snapshot()
     assert any("invariant" in r.getMessage() for r in caplog.records)
 
@@ -194,7 +203,7 @@ def test_a_forged_well_formed_checkpoint_is_not_used(
 def test_an_honest_checkpoint_passes_the_invariants_and_is_used(store: Any) -> None:
     honest = _session_with_history(store)
     reopened = Session(store, session_id=SID)
-    assert reopened._restored_seq == store.load_checkpoint(SID)[0]
+    assert reopened.restored_from == store.load_checkpoint(SID)[0]
     assert reopened.snapshot() == honest.snapshot()
 
 

@@ -11,7 +11,7 @@ from mcp import Client
 from residency._bench import gateway as bench
 from residency._cli import main as cli_main
 from residency._cli._bench import BENCHES
-from residency._gateway._meta_tools import META_TOOLS
+from residency._gateway._meta_tools import listed_meta_tools
 
 
 def test_the_nearest_rank_percentile_picks_a_measured_sample() -> None:
@@ -48,7 +48,8 @@ def test_a_small_in_process_run_reports_every_ratio_with_its_target() -> None:
         assert p50.ok is (p50.value <= 2.5)
     listed = [f for f in report.figures if f.name.startswith("tools/list 40 tools")]
     assert len(listed) == 2
-    assert report.data["tools/list"]["everything resident"]["listed"] == 40 + len(META_TOOLS)
+    listed_meta = listed_meta_tools(chains=False, offload=False)  # a fresh session
+    assert report.data["tools/list"]["everything resident"]["listed"] == 40 + len(listed_meta)
     assert not any(name.startswith(("stdio", "http")) for name in figures)
 
 

@@ -14,8 +14,10 @@ from residency._bench.search import (
     Query,
     corpus_catalog,
     default_queries,
+    half,
     label_names,
     quality,
+    scores,
     synthetic_servers,
 )
 from residency._search import RANKER_ENV, clear_shared_indexes
@@ -35,6 +37,23 @@ def test_recall_and_mrr_count_the_first_labelled_tool_within_the_first_ten() -> 
     assert result["r5"] == pytest.approx(2 / 3)
     assert result["mrr"] == pytest.approx((1 + 1 / 3) / 3)
     assert result["misses"] == ["missed"]
+
+
+def test_the_query_set_splits_into_two_fixed_halves_of_similar_size() -> None:
+    queries = bench.load_queries(default_queries())
+    halves = [half(q.text) for q in queries]
+    assert set(halves) == {"tune", "held-out"}
+    assert abs(halves.count("tune") - halves.count("held-out")) < len(queries) // 5
+
+
+def test_held_out_figures_score_the_same_rankings_on_a_subset() -> None:
+    assert scores([0, 1, None, 7]) == {
+        "r1": 0.25,
+        "r5": 0.5,
+        "mrr": pytest.approx((1 + 1 / 2 + 1 / 8) / 4),
+        "queries": 4,
+    }
+    assert scores([]) == {"r1": 0.0, "r5": 0.0, "mrr": 0.0, "queries": 0}
 
 
 def test_the_synthetic_catalog_repeats_the_corpus_with_unique_names() -> None:
@@ -60,6 +79,7 @@ def test_a_small_run_reports_quality_and_latency_against_the_old_search(tmp_path
     assert os.environ.get(RANKER_ENV) == before
     figures = {f.name: f.value for f in report.figures}
     assert figures["bm25 MRR"] > figures["baseline MRR"]
+    assert 0 < figures["bm25 MRR, held-out half"] <= 1
     assert figures["search_tools new / old, 405 tools"] < 1
     assert "search_tools per query, 600 tools" in figures
     names = label_names(corpus_catalog(bench.load_corpus(CORPUS)))

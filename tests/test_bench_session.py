@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -536,9 +537,15 @@ def test_stable_residency_keeps_its_meta_tools_constant_and_sends_tombstones_in_
     corpus: dict[str, list[dict[str, Any]]],
 ) -> None:
     trace, toolset = _bound(_tiny(), corpus)
-    strategy = ResidencyStrategy(toolset, _minify(), trace)
     notices: list[int] = []
-    strategy._notice = lambda lines, base=strategy._notice: (notices.append(len(list(lines))), base(lines))  # type: ignore[method-assign]
+
+    class Counting(ResidencyStrategy):
+        def _notice(self, lines: Iterable[str]) -> None:
+            lines = list(lines)
+            notices.append(len(lines))
+            super()._notice(lines)
+
+    strategy = Counting(toolset, _minify(), trace)
     tally = replay(trace, toolset, strategy)
     assert max(tally.tombstones_per_turn) >= 1  # the tiny budget tombstones git_log
     assert sum(notices) >= 1

@@ -346,7 +346,7 @@ def test_a_bad_archive_request_changes_nothing(
 def test_the_archive_digest_does_not_depend_on_the_order_of_archiving() -> None:
     a, b = session(), Session()
     b.register_tools(TOOLS)
-    two = (["summarize", "send_report"], "422", {"all": []})
+    two: tuple[list[str], str, dict[str, Any]] = (["summarize", "send_report"], "422", {"all": []})
     a.archive_chain(CHAIN, FAILURE, BIG)
     a.archive_chain(*two)
     b.archive_chain(*two)

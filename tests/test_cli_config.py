@@ -20,6 +20,7 @@ from residency import ConfigError
 from residency._cli import build_parser, main
 from residency._gateway import load_config
 from residency._gateway._config import VSCODE_HINT, GatewayConfig
+from tests._timing import scaled
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTS = ROOT / "examples" / "hosts"
@@ -43,7 +44,7 @@ def check(*argv: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "residency", "config", "check", *argv],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=scaled(180),
         cwd=ROOT,
     )
 

@@ -13,6 +13,7 @@ import pytest
 
 from residency import minify_tool
 from residency._cli import main
+from tests._timing import TEST
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -152,7 +153,7 @@ def test_the_command_runs_as_a_real_process(tmp_path: Path) -> None:
         input=json.dumps({"tools": TOOLS}),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=TEST,
         check=False,
     )
     assert done.returncode == 0, done.stderr

@@ -13,8 +13,9 @@ from residency import SQLiteStore, ToolState
 from residency._cli import main
 from residency._gateway import IncidentDesk
 from residency._gateway._demo import SCENARIO_READS
-from residency._gateway._meta_tools import META_TOOLS
+from residency._gateway._meta_tools import listed_meta_tools
 from residency._tokens import count_tokens
+from tests._timing import START
 from tests.gateway.conftest import agent, running
 
 POLICY = {"budget": {"schema_tokens": 700}, "minify": "compact"}
@@ -25,7 +26,7 @@ async def _serve_a_session(path: Path) -> dict[str, Any]:
     """Run the seed-000 scenario through a gateway journaling to ``path``; return what the agent last saw."""
     store = SQLiteStore(path)
     try:
-        with anyio.fail_after(60):
+        with anyio.fail_after(START):
             async with running(POLICY, desk=IncidentDesk(), store=store) as gw, agent(gw, "legacy") as a:
                 session = gw.session(a.key)
                 assert not (await a.use("update_incident", UPDATE)).is_error
@@ -79,7 +80,7 @@ def test_view_lists_what_the_agent_was_served_with_its_tokens(
     listed = [(t["name"], t["tokens"]) for t in (*shown["tools"], *shown["meta_tools"])]
     # The same tools, in the same order, each costing what its definition on the wire costs.
     assert listed == [(t["name"], count_tokens(t)) for t in seen["tools"]]
-    assert [m["name"] for m in shown["meta_tools"]] == list(META_TOOLS)
+    assert [m["name"] for m in shown["meta_tools"]] == list(listed_meta_tools(chains=False, offload=False))
     assert shown["total_tokens"] == sum(count_tokens(t) for t in seen["tools"])
     assert shown["tombstones"] == seen["tombstones"]
     assert any(line.startswith("update_incident:") for line in shown["tombstones"])

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from residency import Budget, ConcurrentUse, MemoryStore, ResidencyError, Session, SQLiteStore
-from residency._session import CHANGES, READS
+from residency._runtime._guard import CHANGES, READS
 
 SID = "threads"
 THREADS = 8
@@ -96,7 +96,7 @@ def test_eight_threads_on_one_session_are_refused_not_interleaved(store: Any) ->
     assert [e.seq for e in journal] == list(range(1, len(journal) + 1))
     reopened = Session(store, session_id=SID)
     assert reopened.snapshot() == session.snapshot()
-    session._check_state()  # the live state breaks no invariant either
+    session.check_invariants()  # the live state breaks no invariant either
     assert refused["concurrent"] > 0, "the threads never overlapped: the test proved nothing"
 
 
@@ -158,6 +158,6 @@ def test_the_thread_inside_an_operation_may_call_the_session_again() -> None:
 def test_every_public_method_is_guarded_or_only_reads() -> None:
     public = {n for n, v in inspect.getmembers(Session) if not n.startswith("_") and inspect.isfunction(v)}
     assert set(CHANGES).isdisjoint(READS)
-    assert public == set(CHANGES) | set(READS), "classify new public methods in residency._session"
+    assert public == set(CHANGES) | set(READS), "classify new public methods in residency._runtime._guard"
     for name in CHANGES:
         assert hasattr(getattr(Session, name), "__wrapped__"), f"{name} is not guarded"

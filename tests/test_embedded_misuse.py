@@ -14,7 +14,7 @@ from residency import (
     Session,
     ToolNotResident,
 )
-from residency._inputs import MAX_DEFINITION_DEPTH
+from residency._runtime._inputs import MAX_DEFINITION_DEPTH
 
 TOOLS = [
     {"name": "read", "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},

@@ -4,7 +4,9 @@
   library, no clock, and nothing of the layers above it;
 - the runtime (everything outside ``_gateway``, ``_cli`` and ``_bench``) never imports the
   gateway;
-- nothing imports the benchmarks but the command line.
+- nothing imports the benchmarks but the command line;
+- the benchmarks use the gateway through its public names only (``residency._gateway.__all__``),
+  never its modules.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import residency
+import residency._gateway
 
 ROOT = Path(residency.__file__).parent
 CORE_MAY_NOT = (
@@ -28,10 +31,12 @@ CORE_MAY_NOT = (
     "httpx2",
     "time",
 )
-CORE_MAY_NOT_REACH = ("residency._gateway", "residency._store", "residency._session", "residency._cli")
+CORE_MAY_NOT_REACH = ("residency._gateway", "residency._store", "residency._runtime", "residency._cli")
 
 
 def _modules() -> list[tuple[str, set[str]]]:
+    """Each module and what it imports: modules, and ``module.name`` for each ``from`` import
+    (so ``from residency._gateway import _server`` counts as ``residency._gateway._server``)."""
     found = []
     for path in sorted(ROOT.rglob("*.py")):
         names: set[str] = set()
@@ -40,6 +45,7 @@ def _modules() -> list[tuple[str, set[str]]]:
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
         found.append((path.relative_to(ROOT).as_posix(), names))
     return found
 
@@ -54,6 +60,8 @@ def _ids(rows: list[tuple[str, set[str]]]) -> list[str]:
 CORE = [m for m in MODULES if m[0].startswith("_core/")]
 RUNTIME = [m for m in MODULES if not m[0].startswith(("_gateway/", "_cli/", "_bench/"))]
 NOT_CLI = [m for m in MODULES if not m[0].startswith(("_cli/", "_bench/"))]
+BENCH = [m for m in MODULES if m[0].startswith("_bench/")]
+GATEWAY_PUBLIC = {"residency._gateway", *(f"residency._gateway.{n}" for n in residency._gateway.__all__)}
 
 
 @pytest.mark.parametrize(("module", "imports"), CORE, ids=_ids(CORE))
@@ -72,6 +80,13 @@ def test_only_the_command_line_imports_the_benchmarks(module: str, imports: set[
     assert not {i for i in imports if i.startswith("residency._bench")}
 
 
+@pytest.mark.parametrize(("module", "imports"), BENCH, ids=_ids(BENCH))
+def test_the_benchmarks_use_only_the_public_names_of_the_gateway(module: str, imports: set[str]) -> None:
+    reached = {i for i in imports if i.startswith("residency._gateway")}
+    assert reached <= GATEWAY_PUBLIC, f"{module} reaches into the gateway: {sorted(reached - GATEWAY_PUBLIC)}"
+
+
 def test_the_check_sees_the_whole_package() -> None:
     names = _ids(MODULES)
     assert "_core/_lifecycle.py" in names and "_gateway/_server.py" in names and len(names) > 40
+    assert BENCH, "no benchmark module found"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from residency import minify_tool
 from residency._bench._seed003 import seed003_prune
 from residency._core._minify import LEVELS
@@ -16,7 +18,7 @@ def test_no_level_loses_a_constraint_or_changes_a_verdict_on_the_corpus() -> Non
     for server, tools in load_corpus().items():
         for tool in tools:
             original = constraint_atoms(tool["inputSchema"])
-            results = {level: minify_tool(tool, level) for level in LEVELS}
+            results: dict[str, dict[str, Any]] = {level: minify_tool(tool, level) for level in LEVELS}
             for level, result in results.items():
                 lost = original - constraint_atoms(result["inputSchema"])
                 if lost:

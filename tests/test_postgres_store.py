@@ -33,13 +33,14 @@ from residency import (
     Session,
     StoreConflict,
     StoreError,
+    StoreUnavailable,
 )
 from residency._cli import main
-from residency._store import open_store
-from residency._store._postgres import SCHEMA_VERSION, PostgresStore, redact_url
+from residency._store import open_store, redact_url
+from residency._store._postgres import SCHEMA_VERSION, PostgresStore
 
 from .incident_tools import incident_tools
-from .postgres import drop_schema, new_schema, pg_url, with_params, with_password
+from .postgres import Relay, drop_schema, new_schema, pg_url, terminate, with_params, with_password
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "s3cret-Pw"  # trust auth accepts any password: this one must never be shown
@@ -301,7 +302,7 @@ def test_a_session_reopens_from_its_checkpoint_and_the_tail(url: str) -> None:
         assert saved is not None
     with PostgresStore(url) as store:
         reopened = Session(store, session_id="cp", checkpoint_every=3)
-        assert reopened._restored_seq == saved[0] > 0
+        assert reopened.restored_from == saved[0] > 0
         assert reopened.snapshot() == expected
 
 
@@ -351,6 +352,31 @@ def test_a_new_schema_is_created_with_its_version_and_opened_by_two_stores_at_on
     assert rows == [(v, "residency") for v in range(1, SCHEMA_VERSION + 1)]  # one row per migration
     for s in opened:
         s.close()
+
+
+def test_a_version_2_schema_gets_the_scope_index_when_a_gateway_opens_it(
+    url: str, admin: Any, schema: str
+) -> None:
+    ident = sql.Identifier(schema)
+    first = PostgresStore(url)
+    assert first.archive_chain("default", {"digest": "d1"}) is True
+    first.close()
+    admin.execute(sql.SQL("DROP INDEX {}.chain_archive_scope_pos").format(ident))  # what version 2 wrote
+    admin.execute(sql.SQL("DELETE FROM {}.residency_version WHERE version = 3").format(ident))
+    with pytest.raises(StoreError, match="needs an upgrade"):
+        PostgresStore(url, create=False)  # a read-only open never upgrades
+    upgraded = PostgresStore(url)
+    try:
+        assert [r["digest"] for _, r in upgraded.archived_chains("default")] == ["d1"]
+    finally:
+        upgraded.close()
+    (found,) = admin.execute(
+        "SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexname = 'chain_archive_scope_pos'",
+        (schema,),
+    ).fetchone()
+    assert found == 1
+    versions = admin.execute(sql.SQL("SELECT version FROM {}.residency_version").format(ident)).fetchall()
+    assert sorted(v for (v,) in versions) == list(range(1, SCHEMA_VERSION + 1))
 
 
 def test_a_schema_of_another_application_is_refused_and_left_alone(url: str, admin: Any, schema: str) -> None:
@@ -484,8 +510,82 @@ def test_an_unconditional_append_on_a_killed_connection_fails_clearly_then_recov
 
 
 def test_an_unreachable_server_is_a_store_error() -> None:
-    with pytest.raises(StoreError):
+    with pytest.raises(StoreUnavailable) as caught:
         PostgresStore(f"postgresql://postgres:{PASSWORD}@127.0.0.1:1/test", timeout=5)
+    assert caught.value.store == "postgresql://postgres:***@127.0.0.1:1/test"
+    assert PASSWORD not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("query", "where"),
+    [
+        ("pool_size=0", "pool_size"),
+        ("pool_size=2.5", "pool_size"),
+        ("pool_size=many", "pool_size"),
+        ("pool_timeout=0", "pool_timeout"),
+        ("pool_timeout=nan", "pool_timeout"),
+        ("pool_timeout=-1", "pool_timeout"),
+        ("connect_timeout=soon", "connect_timeout"),
+    ],
+)
+def test_bad_pool_settings_in_the_url_are_config_errors(query: str, where: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        PostgresStore(f"postgresql://h/db?{query}")
+    assert caught.value.where == where
+
+
+def test_pool_settings_come_from_the_url_and_the_arguments_win(url: str) -> None:
+    with PostgresStore(with_params(url, pool_size="2", pool_timeout="3")) as store:
+        assert store._timeout == 3.0
+        assert store._live().max_size == 2
+        assert store.append("s", [_entry(1)]) == 1  # libpq never saw the store's own parameters
+    with PostgresStore(with_params(url, pool_size="2"), pool_size=3, timeout=4) as store:
+        assert (store._live().max_size, store._timeout) == (3, 4.0)
+
+
+def test_killed_connections_are_replaced_without_an_error(url: str, schema: str, base: str) -> None:
+    with PostgresStore(url) as store:
+        store.append("s", [_entry(1)])
+        assert terminate(base, schema) >= 1
+        assert [e.seq for e in store.load("s")] == [1]  # a read on a fresh connection
+        assert terminate(base, schema) >= 1
+        assert store.append("s", [_entry(2)], after=1) == 2  # an append checks what was committed
+
+
+@pytest.mark.anyio
+async def test_a_store_cut_off_from_its_server_is_unavailable_then_recovers_by_itself(
+    base: str, schema: str
+) -> None:
+    async with Relay(base) as relay:
+        url = relay.url_via(with_params(with_password(base, PASSWORD), schema=schema))
+        store = await anyio.to_thread.run_sync(lambda: PostgresStore(url, timeout=1))
+        try:
+            await anyio.to_thread.run_sync(lambda: store.append("s", [_entry(1)]))
+            relay.cut()
+            for work in (
+                lambda: store.load("s"),
+                lambda: store.append("s", [_entry(2)], after=1),
+                lambda: store.append("s", [_entry(2)]),
+                lambda: store.put_content(b"x"),
+            ):
+                with pytest.raises(StoreUnavailable) as caught:
+                    await anyio.to_thread.run_sync(work)
+                assert PASSWORD not in str(caught.value)
+                assert f"127.0.0.1:{relay.port}" in str(caught.value)
+            await relay.restore()
+            with anyio.fail_after(60):
+                while True:
+                    try:
+                        await anyio.to_thread.run_sync(lambda: store.load("s"))
+                        break
+                    except StoreUnavailable:
+                        await anyio.sleep(0.2)
+            # Nothing the refused appends tried was written; the journal goes on from 1.
+            assert await anyio.to_thread.run_sync(lambda: store.append("s", [_entry(2)], after=1)) == 2
+            # (In a thread: the relay runs on this event loop.)
+            assert [e.seq for e in await anyio.to_thread.run_sync(lambda: store.load("s"))] == [1, 2]
+        finally:
+            store.close()
 
 
 # -- the password is never shown -----------------------------------------------------------------

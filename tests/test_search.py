@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 from residency._bench.search import default_queries, load_queries
 from residency._core._tools import definition_hash
 from residency._search import (
+    CACHE_ENV,
+    EmbeddingCache,
     IndexedTool,
     ToolIndex,
     clear_shared_indexes,
@@ -111,6 +113,35 @@ def test_argument_descriptions_are_indexed() -> None:
     assert index.search("IANA", limit=1)[0].name == "get_current_time"
 
 
+@pytest.mark.parametrize("ranker", ["bm25", "semantic", "fusion"])
+def test_a_query_that_spells_a_tool_name_finds_that_tool_first(ranker: Any) -> None:
+    # Descriptions that pull elsewhere: the named tool's own says little.
+    tools = [
+        tool("search_papers", "Query the index", query="Text"),
+        tool("semantic_search", "Search papers by meaning; the best way to search papers", query="Text"),
+        tool("search_paper_text", "Search the text of one paper for passages", paper_id="Id"),
+        tool("fetch", "Fetch a URL", url="URL"),
+        tool("fetch_papers_feed", "Fetch the papers feed and fetch new papers", feed="Feed"),
+    ]
+    index = ToolIndex(indexed(tools), embedder=BagOfWords())
+    # On words alone another tool scores best: the name is what puts it first.
+    lexical = index._bm25_scores("search papers")
+    assert lexical is not None and tools[int(lexical.argmax())]["name"] != "search_papers"
+    assert index.search("search papers", limit=1, ranker=ranker)[0].name == "search_papers"
+    assert index.search("search_paper_text for the acceptance rate", limit=1, ranker=ranker)[0].name == (
+        "search_paper_text"
+    )
+    # A one-word name is a name only as the whole query; inside a task it is just a word.
+    assert index.search("fetch", limit=1, ranker=ranker)[0].name == "fetch"
+    assert (
+        index.search("fetch new papers from the feed", limit=1, ranker=ranker)[0].name == "fetch_papers_feed"
+    )
+    # The filter still applies to named tools.
+    assert index.search("search papers", limit=1, among={"semantic_search"}, ranker=ranker)[0].name == (
+        "semantic_search"
+    )
+
+
 # -- the filter -------------------------------------------------------------------------------
 
 
@@ -188,7 +219,7 @@ def test_semantic_rankers_need_a_model() -> None:
     assert not index.semantic
     for ranker in ("semantic", "fusion"):
         with pytest.raises(ValueError):
-            index.search("logs", ranker=ranker)  # type: ignore[arg-type]
+            index.search("logs", ranker=ranker)
 
 
 def test_vectors_are_computed_once_per_definition_and_shared_by_indexes() -> None:
@@ -201,6 +232,57 @@ def test_vectors_are_computed_once_per_definition_and_shared_by_indexes() -> Non
     index.embed()
     assert len(model.embedded) == (len(TOOLS) + 1) * per_tool  # only the changed one again
     assert index.search("post a message on slack", limit=1, ranker="semantic")[0].name == "slack_post_message"
+
+
+def test_vectors_kept_on_disk_are_read_by_a_new_process_instead_of_embedded_again(tmp_path: Path) -> None:
+    model = BagOfWords()
+    first = EmbeddingCache(directory=tmp_path)
+    keys = [f"{definition_hash(t)}:" for t in TOOLS]
+    texts = {k: [t["description"]] for k, t in zip(keys, TOOLS, strict=True)}
+    written = first.vectors(model, keys, texts.__getitem__)
+    first.flush()
+    assert len(model.embedded) == len(TOOLS)
+    assert len(list(tmp_path.iterdir())) == 1  # one file for the model, no temporary left
+
+    again = EmbeddingCache(directory=tmp_path)  # a restarted process
+    read = again.vectors(model, keys, texts.__getitem__)
+    assert len(model.embedded) == len(TOOLS)  # nothing embedded again
+    assert np.array_equal(read, written)
+
+    other = BagOfWords()
+    other.name = "another-model"
+    EmbeddingCache(directory=tmp_path).vectors(other, keys[:2], texts.__getitem__)
+    assert len(other.embedded) == 2  # another model's vectors are never taken for its own
+
+
+def test_an_unreadable_vector_file_is_recomputed_and_replaced(tmp_path: Path) -> None:
+    model = BagOfWords()
+    cache = EmbeddingCache(directory=tmp_path)
+    cache.vectors(model, ["k"], lambda key: ["slack channel message"])
+    cache.flush()
+    (path,) = tmp_path.iterdir()
+    path.write_bytes(b"not a vector file")
+    fresh = EmbeddingCache(directory=tmp_path)
+    vector = fresh.vectors(model, ["k"], lambda key: ["slack channel message"])
+    assert len(model.embedded) == 2 and vector.shape == (1, model.dimension)
+    fresh.flush()
+    assert EmbeddingCache(directory=tmp_path).get(model.name, "k") is not None
+
+
+def test_an_index_writes_its_vectors_where_the_environment_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "vectors"))
+    model = BagOfWords()
+    ToolIndex(indexed(TOOLS), embedder=model).embed()
+    count = len(model.embedded)
+    assert count >= len(TOOLS)
+    embedding_cache().clear()  # memory forgotten, as in a new process
+    again = ToolIndex(indexed(TOOLS), embedder=model)
+    again.embed()
+    assert len(model.embedded) == count  # every vector read from the file
+    assert again.search("post a message on slack", limit=1, ranker="semantic")[0].name == "slack_post_message"
+    assert len(model.embedded) == count + 1  # only the query
 
 
 def test_fusion_ranks_a_tool_either_ranking_finds_and_respects_the_filter() -> None:

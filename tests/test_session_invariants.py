@@ -19,14 +19,14 @@ from . import test_store_agreement as agreement
 class CheckedSession(stateful.SessionMachine):
     @invariant()
     def breaks_no_invariant(self) -> None:
-        self.session._check_state()
+        self.session.check_invariants()
 
 
 class CheckedAgreement(agreement.StoreAgreement):
     @invariant()
     def breaks_no_invariant(self) -> None:
-        self.mem._check_state()
-        self.sql._check_state()
+        self.mem.check_invariants()
+        self.sql.check_invariants()
 
 
 TestCheckedSession = CheckedSession.TestCase
@@ -62,5 +62,5 @@ def test_sessions_with_archived_chains_break_no_invariant_live_or_reopened() -> 
     s.archive("report")
     s.readmit("report")
     for session in (s, Session(store, session_id="chains")):
-        session._check_state()
-    assert Session(store, session_id="chains")._restored_seq > 0  # the checkpoint was used
+        session.check_invariants()
+    assert Session(store, session_id="chains").restored_from > 0  # the checkpoint was used

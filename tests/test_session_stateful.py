@@ -153,7 +153,7 @@ class SessionMachine(RuleBasedStateMachine):
         for name in NAMES:
             if self.states[name] is not R:
                 with pytest.raises((ToolNotResident, ToolArchived)):
-                    self.session._check_call(name, {"field_0": 1})
+                    self.session.authorize_call(name, {"field_0": 1})
 
     @invariant()
     def plans_respect_both_budgets(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from residency import (
     GhostToolError,
     IllegalTransition,
     InvalidInput,
+    JournalEntry,
     MemoryStore,
     NotFound,
     SchemaError,
@@ -229,13 +231,17 @@ def test_turn_plans_are_journaled_relaxed_and_calls_durably() -> None:
             super().__init__()
             self.writes: list[tuple[str, list[str]]] = []
 
-        def append(self, session_id: str, entries: Any) -> int:
+        def append(
+            self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None
+        ) -> int:
             self.writes.append(("durable", [e.op for e in entries]))
-            return super().append(session_id, entries)
+            return super().append(session_id, entries, after=after)
 
-        def append_relaxed(self, session_id: str, entries: Any) -> int:
+        def append_relaxed(
+            self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None
+        ) -> int:
             self.writes.append(("relaxed", [e.op for e in entries]))
-            return MemoryStore.append(self, session_id, entries)
+            return MemoryStore.append(self, session_id, entries, after=after)
 
     store = Recording()
     s = Session(store)

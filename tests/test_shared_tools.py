@@ -19,7 +19,8 @@ import pytest
 from residency import Budget, MemoryStore, SchemaError, Session, SQLiteStore, ToolState, definition_hash
 from residency._bench import catalog as bench_catalog
 from residency._core._minify import minify_tool
-from residency._store._checkpoint import encode_checkpoint
+from residency._runtime._tool_cache import shared_validator
+from residency._store._checkpoint import decode_checkpoint, encode_checkpoint
 
 
 def _tool(name: str, default: Any = 1, **extra: Any) -> dict[str, Any]:
@@ -114,10 +115,10 @@ def test_replayed_and_restored_sessions_share_the_live_sessions_specs(tmp_path: 
         stored = Session(store, session_id="s", checkpoint_every=0)
         stored.register_tools(tools)
         replayed = Session(store, session_id="s")
-        assert replayed._restored_seq == 0
+        assert replayed.restored_from == 0
         stored.checkpoint()
         restored = Session(store, session_id="s")
-        assert restored._restored_seq > 0
+        assert restored.restored_from > 0
         for session in (stored, replayed, restored):
             assert session.snapshot()["tools"] == live.snapshot()["tools"]
             for tool in tools:
@@ -129,22 +130,24 @@ def test_sessions_share_the_compiled_validator_of_a_definition() -> None:
     for session in (first, second):
         session.register_tools([_tool("v")])
         session.admit_call("v", {"n": 3})
-    assert second._validators["v"] is first._validators["v"]
+    assert shared_validator(second.tool("v")) is shared_validator(first.tool("v"))
 
 
 def test_a_forged_checkpoint_definition_is_never_shared() -> None:
     store = MemoryStore()
     honest = Session(store, session_id="f", checkpoint_every=0)
     honest.register_tools([_tool("g")])
-    state = {name: getattr(honest, name) for name in honest._layout}
-    spec = state["_tools"]["g"]
-    forged_definition = {**spec.definition, "description": "forged"}
-    forged = type(spec)(spec.name, forged_definition, spec.hash, spec.mutation, spec.shown, spec.tokens)
-    state["_tools"] = {"g": forged}
-    honest._checkpoint_encode(state)
-    store.save_checkpoint("f", 1, encode_checkpoint("f", 1, honest._layout, state))
+    honest.checkpoint()
+    saved = store.load_checkpoint("f")
+    assert saved is not None
+    seq, blob = saved
+    state = decode_checkpoint(blob, "f", seq)
+    assert state is not None
+    [(name, definition, digest, shown, tokens)] = state["tools"]
+    state["tools"] = [(name, {**definition, "description": "forged"}, digest, shown, tokens)]
+    store.save_checkpoint("f", 1, encode_checkpoint("f", 1, state))
     reopened = Session(store, session_id="f")
-    assert reopened._restored_seq == 0  # the forged checkpoint was refused, the journal replayed
+    assert reopened.restored_from == 0  # the forged checkpoint was refused, the journal replayed
     fresh = Session()
     fresh.register_tools([_tool("g")])
     assert fresh.tool("g").description == "Reads g."
@@ -171,7 +174,7 @@ def test_a_plan_pruning_many_tools_asks_the_machine_per_state_and_facts_not_per_
     for i in range(8):
         expected = ToolState.TOMBSTONED if i % 2 == 0 else ToolState.EVICTED
         assert session.state(f"p{i}") is expected
-    replayed = Session(session._store, session_id=session.session_id)
+    replayed = Session(session.store, session_id=session.session_id)
     assert replayed.snapshot() == session.snapshot()
 
 

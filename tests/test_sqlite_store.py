@@ -294,7 +294,7 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_sessions(db: Path)
     reopened = Session(store, session_id="agent-1")
     assert reopened.snapshot() == expected
     assert reopened.checkpoint() > 0
-    assert Session(store, session_id="agent-1")._restored_seq == reopened.checkpoint()
+    assert Session(store, session_id="agent-1").restored_from == reopened.checkpoint()
     store.close()
     with sqlite3.connect(db) as raw:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
@@ -319,6 +319,33 @@ def test_a_current_store_missing_its_checkpoints_table_is_refused(db: Path) -> N
     raw.close()
     with pytest.raises(StoreError):
         SQLiteStore(db)
+
+
+def _scope_read_plan(db: Path) -> str:
+    with sqlite3.connect(db) as raw:
+        rows = raw.execute(
+            "EXPLAIN QUERY PLAN SELECT pos, record FROM chain_archive "
+            "WHERE scope = ? AND pos > ? ORDER BY pos",
+            ("default", 0),
+        ).fetchall()
+    raw.close()
+    return " | ".join(str(r[-1]) for r in rows)
+
+
+def test_a_scope_read_uses_the_scope_index_and_an_older_file_gets_it_when_opened(db: Path) -> None:
+    store = SQLiteStore(db)
+    assert store.archive_chain("default", {"digest": "d1"}) is True
+    store.close()
+    assert "chain_archive_scope_pos" in _scope_read_plan(db)  # created with the table
+    with sqlite3.connect(db) as raw:  # what a file archived before the index holds
+        raw.execute("DROP INDEX chain_archive_scope_pos")
+    raw.close()
+    assert "chain_archive_scope_pos" not in _scope_read_plan(db)
+    store = SQLiteStore(db)
+    assert store.archive_chain("default", {"digest": "d2"}) is True
+    assert [r["digest"] for _, r in store.archived_chains("default")] == ["d1", "d2"]
+    store.close()
+    assert "chain_archive_scope_pos" in _scope_read_plan(db)
 
 
 def test_sessions_opened_without_an_id_never_share_a_journal_and_resuming_is_explicit(db: Path) -> None:

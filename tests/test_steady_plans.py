@@ -122,13 +122,12 @@ def test_quiet_turns_under_budget_take_the_steady_path() -> None:
     s.register_tools([_tool(n, i) for i, n in enumerate(NAMES)])
     budget = Budget(10_000, 1_000_000, None)
     first = s.plan_turn(budget)
-    assert s._steady is not None
+    assert first.steady
     s.admit_call("tool_1", {"field_0": 1})
     second = s.plan_turn(budget)
-    assert s._steady is not None and second.tools == first.tools and second.events == ()
+    assert second.steady and second.tools == first.tools and second.events == ()
     # A changed budget plans in full again.
-    s.plan_turn(Budget(10, 1_000_000, None))
-    assert s._steady is None
+    assert not s.plan_turn(Budget(10, 1_000_000, None)).steady
 
 
 @pytest.mark.parametrize("idle", [1, 3])

@@ -269,14 +269,14 @@ class StoreAgreement(RuleBasedStateMachine):
         self.sql_store = self.open_durable()
         self.sql = Session(self.sql_store, session_id=SESSION, clock=self.sql_clock, checkpoint_every=EVERY)
         assert self.sql_store.load_checkpoint(SESSION) == saved
-        assert self.sql._restored_seq == (saved[0] if saved else 0)
+        assert self.sql.restored_from == (saved[0] if saved else 0)
         event("reopened from a checkpoint" if saved else "reopened by a full replay")
 
         # The in-memory side reopens from its own store's checkpoint: nothing changes.
         before = self.mem.snapshot()
         saved = self.mem_store.load_checkpoint(SESSION)
         self.mem = Session(self.mem_store, session_id=SESSION, clock=self.mem_clock, checkpoint_every=EVERY)
-        assert self.mem._restored_seq == (saved[0] if saved else 0)
+        assert self.mem.restored_from == (saved[0] if saved else 0)
         assert self.mem.snapshot() == before
         assert self.sql.snapshot() == before
 
@@ -355,10 +355,12 @@ class PostgresAgreement(StoreAgreement):
 
         s = sql.Identifier(self.pg_schema)
         conn = psycopg.connect(self.pg_base)  # a transaction of its own, never committed
-        (last,) = conn.execute(
+        row = conn.execute(
             sql.SQL("SELECT COALESCE(MAX(seq), 0) FROM {}.journal WHERE session_id = %s").format(s),
             (SESSION,),
         ).fetchone()
+        assert row is not None
+        (last,) = row
         with conn.cursor() as cur:
             cur.executemany(
                 sql.SQL(

@@ -160,7 +160,7 @@ def test_a_writer_that_catches_up_keeps_saving_checkpoints_of_the_journal(store:
     b.add_span("three")
     assert b.checkpoint() == 3
     reopened = Session(store, session_id=SID)
-    assert reopened._restored_seq == 3
+    assert reopened.restored_from == 3
     assert reopened.snapshot() == b.snapshot()
 
 

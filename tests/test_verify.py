@@ -80,7 +80,7 @@ def test_an_added_constraint_is_reported_too() -> None:
 
 
 def test_every_minify_level_agrees_with_drawn_and_mutated_instances() -> None:
-    levels = {level: minify_tool(TOOL, level) for level in ("full-text", "compact", "minimal")}  # type: ignore[arg-type]
+    levels = {level: minify_tool(TOOL, level) for level in ("full-text", "compact", "minimal")}
     results = verify_levels(TOOL, levels, max_examples=15)
     for result in results.values():
         assert result.ok

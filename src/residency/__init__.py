@@ -35,19 +35,21 @@ from residency._errors import (
     SessionLimitReached,
     StoreConflict,
     StoreError,
+    StoreUnavailable,
     ToolArchived,
     ToolNotResident,
+    UnknownPhase,
     UnrecoverablePruneError,
     UnverifiedSummary,
+    UpstreamFailure,
 )
+from residency._runtime import Session, TurnPlan
 from residency._search import SearchHit
-from residency._session import Session
 from residency._store import open_store
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Clock, JournalEntry, Store, SystemClock
 from residency._store._sqlite import SQLiteStore
 from residency._tokens import count_tokens, tokenizer_name
-from residency._tool_ops import TurnPlan
 
 __version__ = "0.1.0"
 
@@ -89,6 +91,7 @@ __all__ = (
     "Store",
     "StoreConflict",
     "StoreError",
+    "StoreUnavailable",
     "SystemClock",
     "TOOL_LIFECYCLE",
     "ToolArchived",
@@ -97,8 +100,10 @@ __all__ = (
     "ToolState",
     "Transition",
     "TurnPlan",
+    "UnknownPhase",
     "UnrecoverablePruneError",
     "UnverifiedSummary",
+    "UpstreamFailure",
     "WindowItem",
     "WindowItemKind",
     "__version__",
@@ -110,6 +115,32 @@ __all__ = (
     "open_store",
     "tokenizer_name",
 )
+
+
+def _report_public_home() -> None:
+    """Public classes report ``residency`` as their module (as httpx and trio do), not a private one.
+
+    Annotations are resolved first, in the module that defines them, so that
+    ``typing.get_type_hints`` (and tools built on it) still works after the move.
+    """
+    import typing
+
+    for name in __all__:
+        obj = globals().get(name)
+        if not isinstance(obj, type) or not obj.__module__.startswith("residency."):
+            continue
+        own = vars(obj).get("__annotations__")
+        if own:
+            try:
+                hints = typing.get_type_hints(obj)
+            except Exception:  # an annotation that does not resolve: left as it is
+                pass
+            else:
+                obj.__annotations__ = {k: hints.get(k, v) for k, v in own.items()}
+        obj.__module__ = "residency"
+
+
+_report_public_home()
 
 
 def __getattr__(name: str) -> object:

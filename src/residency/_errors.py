@@ -21,10 +21,13 @@ tried. That event changes no tool, argument or span state, and no ``revision``.
     ├── NotFound (+ LookupError)          an unknown tool, call, span or chain id
     ├── InvalidInput (+ ValueError)       a malformed tool definition, budget, constraint or argument
     │   ├── SchemaError                   a tool schema that cannot be processed (unresolvable $ref, ...)
-    │   └── ConfigError                   a malformed configuration file
+    │   ├── ConfigError                   a malformed configuration file
+    │   └── UnknownPhase                  a host named a phase the gateway's config does not define
+    ├── UpstreamFailure                   an upstream server failed, timed out or cannot be reached
     └── StoreError                        the store cannot be opened or read (broken, foreign or corrupt)
         ├── IntegrityError                stored content does not match its hash
-        └── StoreConflict                 an append was based on a journal entry that is no longer the last
+        ├── StoreConflict                 an append was based on a journal entry that is no longer the last
+        └── StoreUnavailable              the store's server cannot be reached now: retry when it is back
 """
 
 from __future__ import annotations
@@ -46,10 +49,13 @@ __all__ = [
     "SessionLimitReached",
     "StoreConflict",
     "StoreError",
+    "StoreUnavailable",
     "ToolArchived",
     "ToolNotResident",
+    "UnknownPhase",
     "UnrecoverablePruneError",
     "UnverifiedSummary",
+    "UpstreamFailure",
 ]
 
 
@@ -187,7 +193,14 @@ class ConcurrentUse(ResidencyError, RuntimeError):
 
 
 class NotFound(ResidencyError, LookupError):
-    """Raised for an unknown tool name, call id, span id or chain digest. Nothing changes."""
+    """Raised for an unknown tool name, call id, span id or chain digest. Nothing changes.
+
+    ``tool`` names the tool when an unknown tool is what was asked for (else it is empty).
+    """
+
+    def __init__(self, message: str = "", *, tool: str = "") -> None:
+        super().__init__(message)
+        self.tool = tool
 
 
 class InvalidInput(ResidencyError, ValueError):
@@ -209,12 +222,57 @@ class ConfigError(InvalidInput):
     """Raised for a malformed configuration file; the message names the file and key."""
 
 
+class UnknownPhase(InvalidInput):
+    """Raised when a gateway request names a phase its configuration does not define.
+
+    The phase comes from the host (``_meta["residency/phase"]`` of a ``tools/call``), not from
+    the model, so the request itself is refused and nothing changes. ``phases`` lists the
+    configured names. Unlike ``ConfigError``, the configuration is fine: the request is not.
+    """
+
+    def __init__(self, message: str, *, phases: tuple[str, ...] = (), where: str = "") -> None:
+        super().__init__(message, where=where)
+        self.phases = phases
+
+
+class UpstreamFailure(ResidencyError):
+    """Raised when an upstream MCP server failed, timed out or could not be reached.
+
+    The call may or may not have run there. ``server`` names the upstream (several, comma
+    separated, when any of the upstreams that are down may offer the tool); ``timed_out`` says
+    whether it was a timeout. The gateway turns it into an ``isError`` result the model reads
+    and keeps serving; the next call starts the upstream again. ``Gateway.reload`` raises it
+    when an upstream cannot list its tools. Unlike ``StoreError``, residency's own state is
+    fine: the server behind it is not.
+    """
+
+    def __init__(self, message: str, *, server: str, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.server = server
+        self.timed_out = timed_out
+
+
 class StoreError(ResidencyError):
     """Raised when a store cannot be opened, read or written (a broken or foreign file)."""
 
 
 class IntegrityError(StoreError):
     """Raised when stored content no longer matches its content address (sha256)."""
+
+
+class StoreUnavailable(StoreError):
+    """Raised when the store's database server cannot be reached (PostgreSQL down, its
+    connections dropped, or no connection within the store's timeout).
+
+    Unlike its siblings it says nothing about the data: the store is fine, the server is away.
+    Nothing was changed (an append whose commit could not be confirmed says so, and a session's
+    next catch-up applies it if it did commit). Retry once the server is back; the store
+    reconnects by itself. ``store`` names the store by its URL, password shown as ``***``.
+    """
+
+    def __init__(self, message: str, *, store: str = "") -> None:
+        super().__init__(message)
+        self.store = store
 
 
 class StoreConflict(StoreError):

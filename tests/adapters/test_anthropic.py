@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -35,6 +36,20 @@ def params_for(session: Session, messages: list[Any], **kwargs: Any) -> Any:
     return adapter.request(session, model=MODEL, max_tokens=512, messages=messages, **kwargs)
 
 
+def listed(session: Session, **kwargs: Any) -> list[Mapping[str, Any]]:
+    """``adapter.tools``, read as the JSON objects the API receives.
+
+    The SDK types the block as a union of some twenty tool TypedDicts, most of them without
+    ``name`` or ``input_schema``; the tests read it key by key, as the API does.
+    """
+    return [tool for tool in adapter.tools(session, **kwargs)]
+
+
+def reexpansion(session: Session, tool_use_id: str, names: list[str]) -> Mapping[str, Any]:
+    """``adapter.reexpansion_result``, read as JSON (its ``content`` is ``str`` or blocks to the SDK)."""
+    return adapter.reexpansion_result(session, tool_use_id, names)
+
+
 def tools_bytes(params: Any) -> str:
     return json.dumps(params["tools"], sort_keys=False)
 
@@ -51,7 +66,7 @@ def test_the_request_is_a_valid_message_create_params_and_the_sdk_sends_it_uncha
 
 def test_every_registered_tool_is_listed_deferred_in_registration_order_after_search_and_reexpand() -> None:
     session = desk_session()
-    block = adapter.tools(session)
+    block = listed(session)
     assert block[0] == {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"}
     assert block[1]["name"] == adapter.REEXPAND_TOOL
     assert "defer_loading" not in block[1]
@@ -62,7 +77,7 @@ def test_every_registered_tool_is_listed_deferred_in_registration_order_after_se
 
 def test_a_listed_tool_carries_the_shown_definition_as_name_description_and_input_schema() -> None:
     session = desk_session()
-    by_name = {t["name"]: t for t in adapter.tools(session, search=None)}
+    by_name = {t["name"]: t for t in listed(session, search=None)}
     for name in session.tools():
         shown = session.tool(name).shown
         entry = by_name[name]
@@ -73,28 +88,28 @@ def test_a_listed_tool_carries_the_shown_definition_as_name_description_and_inpu
 
 def test_the_search_tool_can_be_regex_or_left_out() -> None:
     session = desk_session()
-    regex = adapter.tools(session, search="regex")
+    regex = listed(session, search="regex")
     assert regex[0] == {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}
-    assert adapter.tools(session, search=None)[0]["name"] == adapter.REEXPAND_TOOL
+    assert listed(session, search=None)[0]["name"] == adapter.REEXPAND_TOOL
     for search in ("regex", None):
         validate(ANTHROPIC_PARAMS, params_for(session, [{"role": "user", "content": "x"}], search=search))
 
 
 def test_eager_tools_are_listed_without_deferral() -> None:
     session = desk_session()
-    block = adapter.tools(session, eager=["get_incident", "get_incident"])
+    block = listed(session, eager=["get_incident", "get_incident"])
     eager = {t["name"] for t in block[2:] if "defer_loading" not in t}
     assert eager == {"get_incident"}
 
 
 def test_the_listed_schemas_are_copies_the_host_cannot_use_to_change_the_session() -> None:
     session = desk_session()
-    first = adapter.tools(session, search=None)[1]
+    first = listed(session, search=None)[1]
     assert first["name"] == "list_incidents"
     first["input_schema"]["properties"] = {}
     shown = session.tool("list_incidents").shown["inputSchema"]
     assert shown["properties"]
-    assert adapter.tools(session, search=None)[1]["input_schema"] == shown
+    assert listed(session, search=None)[1]["input_schema"] == shown
 
 
 def test_the_messages_are_copied_not_changed() -> None:
@@ -112,7 +127,7 @@ def test_a_tool_name_the_api_refuses_is_an_invalid_input_naming_the_tool() -> No
     session = Session()
     session.register_tools([{"name": "files.read", "inputSchema": {"type": "object"}}])
     with pytest.raises(InvalidInput) as caught:
-        adapter.tools(session)
+        listed(session)
     assert caught.value.where == "tools.files.read"
 
 
@@ -120,10 +135,10 @@ def test_a_tool_named_like_the_reexpand_or_search_tool_is_refused() -> None:
     session = Session()
     session.register_tools([{"name": "tool_search_tool_bm25", "inputSchema": {"type": "object"}}])
     with pytest.raises(InvalidInput):
-        adapter.tools(session)
-    assert adapter.tools(session, search="regex")[2]["name"] == "tool_search_tool_bm25"
+        listed(session)
+    assert listed(session, search="regex")[2]["name"] == "tool_search_tool_bm25"
     with pytest.raises(InvalidInput):
-        adapter.tools(session, search=None, reexpand_tool="tool_search_tool_bm25")
+        listed(session, search=None, reexpand_tool="tool_search_tool_bm25")
 
 
 def test_a_schema_whose_root_is_not_an_object_is_refused() -> None:
@@ -131,7 +146,7 @@ def test_a_schema_whose_root_is_not_an_object_is_refused() -> None:
     session = Session(minify=lambda tool: tool)
     session.register_tools([{"name": "odd", "inputSchema": {"type": "string"}}])
     with pytest.raises(InvalidInput) as caught:
-        adapter.tools(session)
+        listed(session)
     assert caught.value.where == "tools.odd.inputSchema"
 
 
@@ -140,14 +155,15 @@ def test_unknown_search_and_unknown_eager_names_are_refused() -> None:
     with pytest.raises(InvalidInput):
         adapter.tools(session, search="vector")  # type: ignore[arg-type]
     with pytest.raises(NotFound):
-        adapter.tools(session, eager=["no_such_tool"])
+        listed(session, eager=["no_such_tool"])
     with pytest.raises(InvalidInput):
-        adapter.tools(session, eager="get_incident")
+        listed(session, eager="get_incident")
 
 
 def test_reexpand_names_reads_the_call_input_or_refuses_it() -> None:
     assert adapter.reexpand_names({"names": ["a", "b", "a"]}) == ["a", "b"]
-    for bad in (None, {}, {"names": []}, {"names": "a"}, {"names": [""]}, {"names": ["a"] * 21}):
+    bad_inputs: list[object] = [None, {}, {"names": []}, {"names": "a"}, {"names": [""]}]
+    for bad in [*bad_inputs, {"names": ["a"] * 21}]:
         with pytest.raises(InvalidInput) as caught:
             adapter.reexpand_names(bad)
         assert caught.value.where == "names"
@@ -159,11 +175,11 @@ def test_reexpand_names_reads_the_call_input_or_refuses_it() -> None:
 def test_a_reexpansion_is_answered_with_tool_references_once_the_tool_is_resident() -> None:
     session = desk_session()
     session.prune("get_incident")
-    refused = adapter.reexpansion_result(session, "toolu_1", ["get_incident"])
+    refused = reexpansion(session, "toolu_1", ["get_incident"])
     assert refused["is_error"] is True
     assert all(block["type"] == "text" for block in refused["content"])
     session.reexpand("get_incident")
-    loaded = adapter.reexpansion_result(session, "toolu_1", ["get_incident", "get_incident"])
+    loaded = reexpansion(session, "toolu_1", ["get_incident", "get_incident"])
     assert loaded == {
         "type": "tool_result",
         "tool_use_id": "toolu_1",
@@ -174,7 +190,7 @@ def test_a_reexpansion_is_answered_with_tool_references_once_the_tool_is_residen
 def test_a_reexpansion_naming_an_unknown_or_archived_tool_loads_nothing_and_says_why() -> None:
     session = desk_session()
     session.archive("page_oncall")
-    result = adapter.reexpansion_result(session, "toolu_1", ["get_incident", "page_oncall", "nope"])
+    result = reexpansion(session, "toolu_1", ["get_incident", "page_oncall", "nope"])
     assert result["is_error"] is True
     (text,) = result["content"]
     assert session.tombstone_text("page_oncall") in text["text"]
@@ -184,11 +200,11 @@ def test_a_reexpansion_naming_an_unknown_or_archived_tool_loads_nothing_and_says
 
 def test_a_reexpansion_of_an_eager_tool_sends_no_reference() -> None:
     session = desk_session()
-    result = adapter.reexpansion_result(session, "toolu_1", ["list_incidents"])
+    result = reexpansion(session, "toolu_1", ["list_incidents"])
     assert [block["type"] for block in result["content"]] == ["text"]
     assert "is_error" not in result
     with pytest.raises(InvalidInput):
-        adapter.reexpansion_result(session, "toolu_1", [])
+        reexpansion(session, "toolu_1", [])
 
 
 def test_searched_tools_reads_the_server_search_result_from_sdk_objects_and_dicts() -> None:
@@ -274,7 +290,7 @@ class Host:
                 names = adapter.reexpand_names(block["input"])
                 for name in names:
                     self.session.reexpand(name)
-                results.append(adapter.reexpansion_result(self.session, block["id"], names))
+                results.append(reexpansion(self.session, block["id"], names))
                 continue
             try:
                 self.session.admit_call(block["name"], block["input"])
@@ -359,19 +375,19 @@ def test_a_tombstoned_tool_stays_deferred_and_is_not_loaded_until_reexpanded() -
     session = desk_session()
     session.record_call("get_incident", {"incident_id": "INC-1"})
     assert session.prune("get_incident") is ToolState.TOMBSTONED
-    entry = next(t for t in adapter.tools(session) if t["name"] == "get_incident")
+    entry = next(t for t in listed(session) if t["name"] == "get_incident")
     assert entry["defer_loading"] is True
-    assert adapter.reexpansion_result(session, "toolu_1", ["get_incident"])["is_error"] is True
+    assert reexpansion(session, "toolu_1", ["get_incident"])["is_error"] is True
 
 
 def test_a_changed_catalog_changes_the_tools_block() -> None:
     session = Session()
     session.register_tools(desk_tools("v1"))
-    before = json.dumps(adapter.tools(session))
-    assert json.dumps(adapter.tools(session)) == before
+    before = json.dumps(listed(session))
+    assert json.dumps(listed(session)) == before
     changed = session.register_tools(desk_tools("v2"))
     assert changed
-    assert json.dumps(adapter.tools(session)) != before
+    assert json.dumps(listed(session)) != before
 
 
 def test_a_request_with_a_tool_reference_in_user_content_is_not_a_valid_request() -> None:

@@ -32,6 +32,10 @@ def chat_allowed(params: Any) -> list[str]:
     return [t["function"]["name"] for t in params["tool_choice"]["allowed_tools"]["tools"]]
 
 
+def chat_listed(params: Any) -> list[str]:
+    return [t["function"]["name"] for t in params["tools"]]
+
+
 def responses_allowed(params: Any) -> list[str]:
     return [t["name"] for t in params["tool_choice"]["tools"]]
 
@@ -217,6 +221,6 @@ def test_an_archived_tool_is_listed_but_never_allowed() -> None:
     session.archive("page_oncall")
     plan = session.plan_turn(Budget(schema_tokens=100_000, argument_tokens=100_000))
     params = adapter.chat_request(session, plan, model=MODEL, messages=[])
-    assert "page_oncall" in [t["function"]["name"] for t in params["tools"]]
+    assert "page_oncall" in chat_listed(params)
     assert "page_oncall" not in chat_allowed(params)
     assert set(chat_allowed(params)) == {adapter.REEXPAND_TOOL, *session.tools(ToolState.RESIDENT)}

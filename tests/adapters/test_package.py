@@ -11,6 +11,7 @@ import pytest
 
 import residency.adapters
 from residency.adapters import anthropic, openai
+from tests._timing import TEST
 
 MODULES = (residency.adapters, anthropic, openai)
 
@@ -55,7 +56,7 @@ def test_the_adapters_import_and_run_without_the_provider_packages() -> None:
         "print('ok')\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=TEST, check=False
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"

@@ -20,11 +20,13 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from tests._timing import CLEANUP, START, TEST
+
 ROOT = Path(__file__).resolve().parents[2]
 SERVE: tuple[str, ...] = (sys.executable, "-m", "residency", "serve")
 """``residency serve`` as an argv prefix (stdio by default)."""
 
-STARTUP = 60.0
+STARTUP = START
 """Seconds the gateway may take to print its URL (a loaded machine starts Python slowly)."""
 
 _SERVING = re.compile(rb"serving MCP at (http://127\.0\.0\.1:\d+/\S*)")
@@ -36,7 +38,7 @@ def _kill_group(process: anyio.abc.Process) -> None:
         os.killpg(process.pid, signal.SIGKILL)
 
 
-async def _close(process: anyio.abc.Process, grace: float = 10.0) -> None:
+async def _close(process: anyio.abc.Process, grace: float = CLEANUP) -> None:
     """Terminate politely, then kill the group; never blocks longer than ``grace`` seconds each."""
     with anyio.CancelScope(shield=True):
         if process.returncode is None:
@@ -127,7 +129,7 @@ async def run_client(
     *,
     stdin: bytes = b"",
     env: Mapping[str, str] | None = None,
-    timeout: float = 180.0,
+    timeout: float = TEST,
 ) -> Ran:
     """Run a client process to completion in its own process group, bounded by ``timeout``.
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -44,8 +45,9 @@ from langchain_mcp_adapters.tools import load_mcp_tools
 from mcp import ClientSession
 
 SERVER = "residency"
-STEP_TIMEOUT = 120.0
-"""Seconds one step may take (a quick-path stdio call starts a whole gateway process)."""
+STEP_TIMEOUT = 120.0 * float(os.environ.get("RESIDENCY_TEST_TIME_SCALE", "1"))
+"""Seconds one step may take (a quick-path stdio call starts a whole gateway process), scaled as
+``tests/_timing.py`` scales the tests' waits (this script runs in another venv, without it)."""
 
 
 class Recorder:

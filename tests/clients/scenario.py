@@ -37,7 +37,9 @@ from typing import Any
 
 BUDGET = 350
 INITIAL_TOOLS = ("close_incident", "add_timeline_note", "get_runbook")
-META_TOOLS = ("search_tools", "reexpand_tools", "check_chain", "archive_chain", "read_span")
+# What a fresh session is shown: check_chain joins once its scope holds a chain, read_span
+# when the gateway offloads results (neither here).
+META_TOOLS = ("search_tools", "reexpand_tools", "archive_chain")
 
 RESIDENT_CALL = ("get_runbook", {"runbook_id": "RB-1"})
 TOMBSTONED_TOOL = "add_timeline_note"

@@ -32,13 +32,14 @@ from typing import Any, NoReturn
 import pytest
 
 from residency._gateway._demo import desk_tools
+from tests._timing import scaled
 from tests.clients import scenario
 from tests.clients._serve import ROOT, Ran, Served, http_serve, run_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 INSPECTOR = ROOT / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
-RUN_TIMEOUT = 120.0
+RUN_TIMEOUT = scaled(120)
 """Seconds one Inspector run may take (node, and over stdio a gateway and its stdio desk)."""
 
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"

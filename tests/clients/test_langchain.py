@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from tests._timing import scaled
 from tests.clients import scenario
 from tests.clients._serve import ROOT, http_serve, run_client
 
@@ -33,7 +34,7 @@ HERE = Path(__file__).parent
 TASK = HERE / "langchain_task.py"
 PINS = tomllib.loads((HERE / "versions.toml").read_text(encoding="utf-8"))["langchain"]
 HANDSHAKE = "2025-11-25"
-TASK_TIMEOUT = 300.0
+TASK_TIMEOUT = scaled(300)
 """Seconds one scripted run may take (the stdio quick path starts a gateway per tool call)."""
 
 LIST_CHANGED = "notifications/tools/list_changed"

@@ -49,6 +49,7 @@ from agents.tool import default_tool_error_function
 from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
+from tests._timing import CLEANUP, scaled
 from tests.clients._serve import http_serve
 from tests.clients.scenario import (
     EVICTED_TOOL,
@@ -63,10 +64,10 @@ from tests.clients.scenario import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-RUN_LIMIT = 120.0
+RUN_LIMIT = scaled(120)
 """Seconds one whole scripted run may take (two Python processes start; the machine is loaded)."""
 
-REQUEST_TIMEOUT = 60.0
+REQUEST_TIMEOUT = scaled(60)
 """Seconds one MCP request may take (openai-agents' default, 5 s, is short on a loaded machine)."""
 
 MODERN = "2026-07-28"
@@ -248,7 +249,7 @@ async def server_for(
 
         async def cleanup() -> None:
             # Also after a timeout: the gateway process must not outlive the test.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP):
                 await server.cleanup()
 
         stack.push_async_callback(cleanup)

@@ -58,6 +58,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from tests._timing import CLEANUP, scaled
 from tests.clients._serve import http_serve
 from tests.clients.scenario import (
     EVICTED_TOOL,
@@ -73,7 +74,7 @@ from tests.clients.scenario import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-RUN_LIMIT = 120.0
+RUN_LIMIT = scaled(120)
 """Seconds one whole scripted run may take (two Python processes start; the machine is loaded)."""
 
 VERSIONS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
@@ -188,7 +189,7 @@ async def toolset_for(
 
             async def close_stdio() -> None:
                 # Also after a timeout: the gateway process must not outlive the test.
-                with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+                with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP):
                     await stdio.close()
 
             stack.push_async_callback(close_stdio)

@@ -29,15 +29,16 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, Subscription, ToolsListChanged
 
+from tests._timing import NOTICE, STEP, scaled
 from tests.clients import scenario
 from tests.clients._serve import ROOT, Served, http_serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ERAS = {"legacy": "2025-11-25", "auto": "2026-07-28"}
-TASK_TIMEOUT = 120.0
+TASK_TIMEOUT = scaled(120)
 """Seconds the whole task may take over one connection (the machine is shared and loaded)."""
-CHANGE_TIMEOUT = 30.0
+CHANGE_TIMEOUT = NOTICE
 """Seconds to wait for the list change the push-out step causes."""
 PUSH = [label for label, _, _ in scenario.STEPS].index("re-expand another tool (pushes two out)")
 REFUSED, INVALID, IMPLICIT = 3, 4, 5
@@ -95,7 +96,7 @@ async def http_client(
     """A client of the HTTP gateway; ``session`` goes in a ``Residency-Session`` header."""
     headers = {"Residency-Session": session} if session is not None else {}
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=None)) as http,
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(STEP, read=None)) as http,
         Client(
             streamable_http_client(served.url, http_client=http), mode=mode, message_handler=heard.on_message
         ) as client,

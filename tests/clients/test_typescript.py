@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 import pytest
 
 from residency._gateway._demo import desk_tools
+from tests._timing import scaled
 from tests.clients import scenario
 from tests.clients._serve import ROOT, Ran, http_serve, run_client
 
@@ -38,7 +39,7 @@ MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
-RUN_TIMEOUT = 240.0
+RUN_TIMEOUT = scaled(240)
 """Seconds one client run may take: node, the gateway, its stdio desk, twelve requests."""
 
 CLIENTS = pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from residency import InvalidInput
 from residency._core._chains import ChainArchive, ChainRecord, build_chain, cold_record
-from residency._core._constraints import OPS, constraint_json, holds, parse_constraint, render_constraint
+from residency._core._predicates import OPS, constraint_json, holds, parse_constraint, render_constraint
 
 TOPOLOGY = ["search_api_v2", "html_parser", "llm_extractor"]
 BIG = {"tool": "html_parser", "argument": "payload_bytes", "op": ">", "value": 5_000_000}

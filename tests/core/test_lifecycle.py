@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import itertools
 from typing import Any
 
@@ -26,22 +27,33 @@ def _all_facts(lifecycle: Lifecycle[Any]) -> list[dict[str, bool]]:
 
 @pytest.mark.parametrize("lifecycle", LIFECYCLES, ids=lambda lc: lc.kind)
 def test_every_state_trigger_pair_reaches_the_table_target_or_raises_unchanged(
-    lifecycle: Lifecycle[Any],
+    lifecycle: Lifecycle[enum.Enum],
 ) -> None:
     for state, trigger, facts in itertools.product(
         lifecycle.states, lifecycle.triggers, _all_facts(lifecycle)
     ):
-        rows = [r for r in lifecycle.table if r.source is state and r.trigger == trigger and r.allows(facts)]
-        expected = rows[0].dest if rows else None
+        expected = _table_target(lifecycle, state, trigger, facts)
         assert lifecycle.target(state, trigger, facts) == expected
-        record_state = state
         if expected is None:
             with pytest.raises(IllegalTransition) as info:
-                record_state = lifecycle.fire(state, trigger, record="r", facts=facts)
-            assert record_state is state
+                lifecycle.fire(state, trigger, record="r", facts=facts)
             assert info.value.state == state.value and info.value.trigger == trigger
+            assert info.value.record == "r"
+            # Unchanged: the shared machine is left as if the refused trigger had never been
+            # fired, so every trigger the table allows from this state still reaches its target.
+            for other in lifecycle.triggers:
+                dest = _table_target(lifecycle, state, other, facts)
+                if dest is not None:
+                    assert lifecycle.fire(state, other, record="r", facts=facts) is dest
         else:
             assert lifecycle.fire(state, trigger, record="r", facts=facts) is expected
+
+
+def _table_target(
+    lifecycle: Lifecycle[Any], state: enum.Enum, trigger: str, facts: dict[str, bool]
+) -> enum.Enum | None:
+    rows = [r for r in lifecycle.table if r.source is state and r.trigger == trigger and r.allows(facts)]
+    return rows[0].dest if rows else None
 
 
 def test_rows_into_a_state_that_shows_neither_schema_nor_tombstone_require_no_resident_arguments() -> None:

@@ -65,7 +65,7 @@ def test_every_level_keeps_every_constraint(level: str) -> None:
 
 
 def test_full_text_keeps_every_description_and_default() -> None:
-    out = minify_tool(KEYWORD_NAMED, "full-text")  # type: ignore[arg-type]
+    out = minify_tool(KEYWORD_NAMED, "full-text")
     assert out["description"] == KEYWORD_NAMED["description"]
     page = out["inputSchema"]["properties"]["page"]
     assert page == {"type": "integer", "description": "Page number, 1-indexed.", "default": 1}
@@ -73,7 +73,7 @@ def test_full_text_keeps_every_description_and_default() -> None:
 
 
 def test_compact_keeps_only_informative_parameter_descriptions() -> None:
-    out = minify_tool(KEYWORD_NAMED, "compact")  # type: ignore[arg-type]
+    out = minify_tool(KEYWORD_NAMED, "compact")
     props = out["inputSchema"]["properties"]
     assert "description" not in props["title"]  # "The title" of "title": nothing new
     assert props["page"]["description"] == "Page number, 1-indexed."
@@ -82,7 +82,7 @@ def test_compact_keeps_only_informative_parameter_descriptions() -> None:
 
 
 def test_minimal_keeps_no_description_or_default_inside_the_schema() -> None:
-    out = minify_tool(KEYWORD_NAMED, "minimal")  # type: ignore[arg-type]
+    out = minify_tool(KEYWORD_NAMED, "minimal")
     assert out["inputSchema"]["properties"]["page"] == {"type": "integer"}
     assert out["description"] == "Create a page."
 
@@ -119,12 +119,12 @@ def test_enum_const_and_unknown_keywords_are_copied_verbatim() -> None:
 def test_the_input_is_not_changed() -> None:
     before = copy.deepcopy(KEYWORD_NAMED)
     for level in LEVELS:
-        minify_tool(KEYWORD_NAMED, level)  # type: ignore[arg-type]
+        minify_tool(KEYWORD_NAMED, level)
     assert before == KEYWORD_NAMED
 
 
 def test_report_names_what_was_removed() -> None:
-    out, report = minify_tool_with_report(KEYWORD_NAMED, "minimal")  # type: ignore[arg-type]
+    out, report = minify_tool_with_report(KEYWORD_NAMED, "minimal")
     assert isinstance(report, MinifyReport)
     changes = dict(report.changes)
     assert report.tool == "keyword_named" and report.level == "minimal"

@@ -242,7 +242,7 @@ def test_a_null_union_counts_the_same_in_either_spelling() -> None:
 
 
 def test_the_seed_pruner_loses_nested_constraints_and_invents_types() -> None:
-    tool = {
+    tool: dict[str, Any] = {
         "name": "t",
         "description": "Find items, e.g. docs. More.",
         "inputSchema": {

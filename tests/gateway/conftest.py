@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import mcp_types as types
@@ -14,6 +14,7 @@ from mcp import Client
 from residency._gateway import Gateway, IncidentDesk, parse_config
 from residency._gateway._connection import SESSION_META_KEY
 from residency._store._protocol import Store
+from tests._timing import START
 
 ERAS = ("legacy", "modern")
 
@@ -39,8 +40,8 @@ class Agent:
         self.list_changed = anyio.Event()
 
     @property
-    def meta(self) -> dict[str, Any]:
-        return {SESSION_META_KEY: self.key}
+    def meta(self) -> types.RequestParamsMeta:
+        return session_meta(self.key)
 
     @property
     def modern(self) -> bool:
@@ -71,6 +72,15 @@ class Agent:
         return result
 
 
+def session_meta(key: str) -> types.RequestParamsMeta:
+    """A request's ``_meta`` naming the gateway session ``key``.
+
+    ``RequestParamsMeta`` is an open map (PEP 728 ``extra_items=Any``) that mypy does not read
+    yet: it takes the TypedDict as closed and refuses any key of our own, hence the cast.
+    """
+    return cast(types.RequestParamsMeta, {SESSION_META_KEY: key})
+
+
 def reason(result: types.CallToolResult) -> str | None:
     """The machine reason of a refusal (``_meta["residency/error"]["reason"]``), None if none."""
     details = (result.meta or {}).get("residency/error")
@@ -96,7 +106,11 @@ async def running(
     ups = dict(upstreams or {})
     if desk is not None:
         ups["desk"] = desk.server
-    gateway = Gateway(config(residency, servers), upstreams=ups, store=store, timeout=timeout)
+    # Subprocess upstreams start slowly on a loaded machine: unless the test sets its own, the
+    # gateway waits for them (up to a generous bound) before it serves, so no first call finds
+    # one still starting.
+    settings = {"ready_wait": START, **(residency or {})}
+    gateway = Gateway(config(settings, servers), upstreams=ups, store=store, timeout=timeout)
     async with gateway:
         yield gateway
 

@@ -13,6 +13,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from residency import JournalEntry, SQLiteStore
+from tests._timing import TEST
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -33,7 +34,7 @@ async def test_a_malformed_journal_entry_is_a_store_error_over_the_wire_and_the_
         cwd=str(ROOT),
     )
     log = tmp_path / "stderr"
-    with anyio.fail_after(120), log.open("w") as errlog:
+    with anyio.fail_after(TEST), log.open("w") as errlog:
         async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
             for _ in range(2):  # the gateway answers, and answers again
                 with pytest.raises(MCPError) as raised:

@@ -18,11 +18,12 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from residency import SQLiteStore
+from tests._timing import TEST
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT = 180  # seconds per test: several interpreters start, one after another, on a loaded machine
+WAIT = TEST  # per test: several interpreters start, one after another, on a loaded machine
 CHAIN = ["list_services", "get_service_health", "query_metrics"]
 FAILURE = "query_metrics: 500 metric store timeout for every service"
 ARGS = {"service": "api", "metric": "error_rate"}
@@ -84,7 +85,8 @@ async def refusal(client: Client, name: str, arguments: dict[str, Any]) -> str:
 async def successor_is_protected(db: Path, key: str, log: Path, digest: str) -> None:
     async with gateway(db, key, log) as b:
         listed = await names(b)
-        assert "archive_chain" in listed
+        assert {"archive_chain", "check_chain"} <= listed
+        assert "read_span" not in listed  # this gateway does not offload results
         assert not {"list_services", "get_service_health"} & listed  # retired prefix tools
         assert "query_metrics" in listed
         assert await refusal(b, "list_services", {}) == "tool_archived"
@@ -100,6 +102,9 @@ async def test_a_chain_archived_over_mcp_protects_a_successor_in_another_process
     db, log = tmp_path / "shared.db", tmp_path / "gateways.log"
     with anyio.fail_after(WAIT):
         async with gateway(db, "agent-a", log) as a:
+            # With nothing archived check_chain could only say "safe": it is not listed yet (the
+            # gateway still answers it).
+            assert "check_chain" not in await names(a)
             for name, arguments in zip(CHAIN, [{}, {"service": "api"}, ARGS], strict=True):
                 assert not (await a.call_tool(name, arguments)).is_error
             assert data(await a.call_tool("check_chain", {"sequence": CHAIN}))["safe"] is True
@@ -112,7 +117,9 @@ async def test_a_chain_archived_over_mcp_protects_a_successor_in_another_process
             digest = archived["digest"]
             # a used both prefix tools only inside the failed run: they leave its list too.
             assert archived["retired"] == ["list_services", "get_service_health"]
-            assert not {"list_services", "get_service_health"} & await names(a)
+            listed = await names(a)
+            assert not {"list_services", "get_service_health"} & listed
+            assert "check_chain" in listed
         await successor_is_protected(db, "agent-b", log, digest)
         # Both restarted: the same holds, from the journal and the scope.
         await successor_is_protected(db, "agent-b", log, digest)

@@ -11,6 +11,7 @@ import pytest
 
 from residency._cli import main
 from residency._gateway import load_config
+from tests._timing import TEST
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +64,7 @@ def test_the_examples_run(script: str) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=TEST,
     )
     assert done.returncode == 0, done.stderr
     assert "refused" in done.stdout

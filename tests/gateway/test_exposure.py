@@ -25,6 +25,7 @@ from residency._gateway._http import MIN_TOKEN_CHARS, bind, http_app, serve_http
 from residency._gateway._run import ServeOptions, startup_summary
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
+from tests._timing import START, STEP, TEST
 from tests.gateway.conftest import config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +102,7 @@ def test_serve_exits_2_before_binding_beyond_loopback_without_a_token() -> None:
         [sys.executable, "-m", "residency", "serve", "--transport", "http", "--host", "192.0.2.1"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=TEST,
         cwd=ROOT,
         env=env,
     )
@@ -116,7 +117,7 @@ async def test_the_library_refuses_an_empty_token_and_an_unauthenticated_public_
         http_app(gateway, token="")
     sock = bind("127.0.0.1", 0)
     try:
-        with anyio.fail_after(30), pytest.raises(ConfigError):
+        with anyio.fail_after(STEP), pytest.raises(ConfigError):
             await serve_http(gateway, sock, host="0.0.0.0")
     finally:
         sock.close()
@@ -143,7 +144,7 @@ async def _http_gateway(token: str, store: Store, **kwargs: Any) -> AsyncIterato
     async with gateway, anyio.create_task_group() as tg:
         sock = bind("127.0.0.1", 0)
         tg.start_soon(lambda: serve_http(gateway, sock, token=token, started=started))
-        with anyio.fail_after(30):
+        with anyio.fail_after(STEP):
             await ready.wait()
         yield gateway, urls[0]
         tg.cancel_scope.cancel()
@@ -152,7 +153,7 @@ async def _http_gateway(token: str, store: Store, **kwargs: Any) -> AsyncIterato
 @asynccontextmanager
 async def _client(url: str, mode: str, headers: dict[str, str]) -> AsyncIterator[Client]:
     async with (
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(10, read=None)) as http,
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(STEP, read=None)) as http,
         Client(streamable_http_client(url, http_client=http), mode=mode) as client,
     ):
         yield client
@@ -167,7 +168,7 @@ async def _listed(client: Client) -> list[str]:
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_a_session_key_named_under_one_token_is_not_reachable_under_another(mode: str) -> None:
     store = MemoryStore()  # two gateways, two tokens, one store: as two tenants might share one
-    with anyio.fail_after(60):
+    with anyio.fail_after(START):
         async with (
             _http_gateway(TOKEN, store) as (first, first_url),
             _http_gateway(OTHER, store) as (_, other_url),
@@ -186,7 +187,7 @@ async def test_a_session_key_named_under_one_token_is_not_reachable_under_anothe
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_the_default_session_is_not_bound_to_the_token() -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(START):
         async with (
             _http_gateway(TOKEN, MemoryStore(), default_session="shared") as (gw, url),
             _client(url, "legacy", {"Authorization": f"Bearer {TOKEN}"}) as client,

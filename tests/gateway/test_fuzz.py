@@ -46,6 +46,7 @@ from residency._core._tools import JSONObject
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._demo import desk_tools
 from residency._gateway._http import bind, serve_http
+from tests._timing import CLEANUP, START, STEP
 from tests.gateway import secret_upstream
 from tests.gateway.conftest import config
 
@@ -54,7 +55,7 @@ HEADER_SECRET = "fz-header-credential-3Rk8wN5tY1cJ"
 TOKEN = "fz-bearer-token-6Hd2Ls9Pq4Vb8Xw"
 SECRETS = (ENV_SECRET, HEADER_SECRET, TOKEN)
 
-ANSWER_WITHIN = 30.0
+ANSWER_WITHIN = STEP
 """Seconds any one request may take to be answered (a loaded 2-core machine; no call is slow)."""
 
 TIME_BUDGET = 240.0
@@ -425,12 +426,12 @@ class StdioGateway:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
         try:
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=CLEANUP)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=CLEANUP)
         for thread in self._pumps:  # they end at EOF; then their pipes can close
-            thread.join(timeout=10)
+            thread.join(timeout=CLEANUP)
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()
@@ -618,7 +619,7 @@ async def _serve(desk: RecordingDesk) -> AsyncIterator[str]:
 
     async with gateway, anyio.create_task_group() as tg:
         tg.start_soon(lambda: serve_http(gateway, bind("127.0.0.1", 0), token=TOKEN, started=started))
-        with anyio.fail_after(60):
+        with anyio.fail_after(START):
             await ready.wait()
         yield urls[0]
         tg.cancel_scope.cancel()
@@ -699,6 +700,12 @@ def test_http_gateway_survives_an_oversized_body(http_gateway: HttpGateway, name
 # -- tools/call arguments ---------------------------------------------------------------------
 
 
+def _an_object(value: object) -> JSONObject:
+    """A value drawn from an object schema, typed as what it is."""
+    assert isinstance(value, dict)
+    return value
+
+
 def _mutations(name: str, arguments: JSONObject) -> st.SearchStrategy[Any]:
     """Arguments made wrong in one of the ways a model gets them wrong."""
     schema = DESK_SCHEMAS[name]
@@ -723,7 +730,7 @@ def _mutations(name: str, arguments: JSONObject) -> st.SearchStrategy[Any]:
 
 def _arguments() -> st.SearchStrategy[tuple[str, Any, bool]]:
     def for_tool(name: str) -> st.SearchStrategy[tuple[str, Any, bool]]:
-        valid = from_schema(DESK_SCHEMAS[name])
+        valid = from_schema(DESK_SCHEMAS[name]).map(_an_object)
         return st.one_of(
             valid.map(lambda a: (name, a, True)),
             valid.flatmap(lambda a: _mutations(name, a)).map(lambda a: (name, a, False)),
@@ -762,7 +769,7 @@ def test_the_careless_upstream_really_leaks_without_the_gateway() -> None:
     """The fuzz's secret checks can fail: the upstream does print and return its credential."""
     env = {**os.environ, secret_upstream.ENV: ENV_SECRET}
     proc = subprocess.run(
-        [sys.executable, secret_upstream.__file__], input=b"", capture_output=True, env=env, timeout=60
+        [sys.executable, secret_upstream.__file__], input=b"", capture_output=True, env=env, timeout=START
     )
     assert ENV_SECRET.encode() in proc.stderr
 

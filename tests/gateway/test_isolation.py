@@ -41,8 +41,9 @@ from mcp import Client
 
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._http import bind, serve_http
+from tests._timing import START, STEP, TEST
 from tests.gateway import hostile
-from tests.gateway.conftest import config
+from tests.gateway.conftest import config, session_meta
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +57,7 @@ INTERVAL = 0.01
 
 INCIDENT = {"incident_id": "INC-1"}
 
-CALL_BOUND = 30.0
+CALL_BOUND = STEP
 """Seconds any one probe call may take, whatever the ratio (fail fast on a stall)."""
 
 
@@ -69,6 +70,11 @@ def parse_cost() -> float:
         types.CallToolRequestParams.model_validate(message["params"])
         costs.append(time.perf_counter() - started)
     return max(costs)
+
+
+def until(samples: list[float], n: int, also: Callable[[], bool] = lambda: True) -> Callable[[], bool]:
+    """A window's end: ``n`` samples taken, and ``also`` holds."""
+    return lambda: len(samples) >= n and also()
 
 
 def p99(samples: list[float]) -> float:
@@ -94,7 +100,7 @@ async def hostile_gateway() -> AsyncIterator[tuple[Gateway, str]]:
         # Without it, each small response waits out the client's delayed ACK (about 40 ms here).
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         tg.start_soon(lambda: serve_http(gateway, sock, started=started))
-        with anyio.fail_after(60):
+        with anyio.fail_after(START):
             await ready.wait()
         assert all(name in gateway.catalog for name in ("match", "blob", "churn"))
         yield gateway, urls[0]
@@ -117,7 +123,7 @@ class HostileClient:
         return await self._lines.receive_until(b"\n", 1 << 16)
 
     async def ready(self) -> None:
-        with anyio.fail_after(60):
+        with anyio.fail_after(START):
             assert await self.line() == b"ready"
 
     async def read(self) -> None:
@@ -137,7 +143,7 @@ class HostileClient:
 
     async def stop(self) -> None:
         await self._stdin.send(b"stop\n")
-        with anyio.fail_after(120):
+        with anyio.fail_after(TEST):
             await self.stopped.wait()
 
 
@@ -154,7 +160,7 @@ async def test_a_hostile_session_does_not_stall_another_session() -> None:
             tg.start_soon(client.read)
             kinds = {tool.encode() for tool, _ in hostile.payloads()}
             async with Client(gateway.server, mode="auto") as probe:
-                meta = {"residency/session": "probe"}
+                meta = session_meta("probe")
 
                 async def window(samples: list[float], done: Callable[[], bool]) -> None:
                     # Paced: a call is due every INTERVAL, and its latency counts from when it
@@ -172,18 +178,18 @@ async def test_a_hostile_session_does_not_stall_another_session() -> None:
                         due += INTERVAL
 
                 warm: list[float] = []
-                await window(warm, lambda: len(warm) >= 20)  # caches, the desk, the session
+                await window(warm, until(warm, 20))  # caches, the desk, the session
                 for rounds in range(1, ROUNDS + 1):
                     enough = PER_WINDOW * rounds
-                    await window(alone, lambda n=enough: len(alone) >= n)
+                    await window(alone, until(alone, enough))
                     await client.go()
                     # Under load until every hostile input was answered in this window.
-                    await window(loaded, lambda n=enough: len(loaded) >= n and client.answered == kinds)
+                    await window(loaded, until(loaded, enough, lambda: client.answered == kinds))
                     await client.stop()
                     parses.append(parse_cost())  # between windows: it holds this loop too
             tg.cancel_scope.cancel()
             await process.stdin.aclose()  # type: ignore[union-attr]
-            with anyio.fail_after(30):
+            with anyio.fail_after(STEP):
                 await process.wait()
         assert client.sent >= ROUNDS * len(kinds), client.sent
     floor = sorted(parses)[len(parses) // 2]

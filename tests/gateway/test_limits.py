@@ -13,6 +13,7 @@ from mcp.server.lowlevel import Server
 
 from residency._core._validation import MAX_ARGUMENT_BYTES, MAX_ARGUMENT_VALUES
 from residency._gateway._run import MAX_LINE_BYTES
+from tests._timing import START, TEST
 from tests.gateway.conftest import agent, reason, running, text
 from tests.gateway.test_serve_cli import served
 
@@ -49,7 +50,7 @@ async def test_a_call_over_a_limit_is_refused_naming_it_and_forwards_nothing(
 ) -> None:
     server, calls = _recorder()
     async with running(upstreams={"rec": server}) as gw, agent(gw, era) as a:
-        with anyio.fail_after(60):
+        with anyio.fail_after(START):
             refused = await a.use("put", arguments)
             assert refused.is_error and reason(refused) == "arguments_invalid"
             assert (refused.meta or {})["residency/error"]["path"] == "$"
@@ -75,7 +76,7 @@ def _huge_call(request_id: int | str) -> bytes:
 
 @pytest.mark.slow
 async def test_a_stdio_line_over_the_limit_is_answered_with_an_error_and_the_gateway_reads_on() -> None:
-    with anyio.fail_after(120):
+    with anyio.fail_after(TEST):
         async with served() as s:
             assert "search_tools" in await s.handshake()
             assert s.process.stdin is not None
@@ -98,7 +99,7 @@ async def test_a_stdio_line_over_the_limit_is_answered_with_an_error_and_the_gat
 async def test_a_stdio_line_that_is_not_a_json_rpc_message_gets_a_parse_error_and_the_gateway_reads_on() -> (
     None
 ):
-    with anyio.fail_after(120):
+    with anyio.fail_after(TEST):
         async with served() as s:
             assert "search_tools" in await s.handshake()
             assert s.process.stdin is not None

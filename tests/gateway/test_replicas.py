@@ -25,11 +25,10 @@ from mcp.shared.exceptions import MCPError
 from residency import Budget, Session
 from residency._gateway import Gateway, IncidentDesk, parse_config
 from residency._gateway._demo import SCENARIO_READS
-from residency._gateway._meta_tools import META_TOOLS, REEXPAND_TOOLS
+from residency._gateway._meta_tools import REEXPAND_TOOLS, listed_meta_tools
 from residency._gateway._resources import CHAINS, EVENTS, TOMBSTONES, TOOLS, read_resource
 from residency._gateway._run import DEMO_CONFIG
 from residency._gateway._server import CALL_META_KEY
-from residency._invariants import chain_problem, span_problem, tool_problem
 from residency._store import open_store
 from residency._store._protocol import Store
 from residency._store._sqlite import SQLiteStore
@@ -37,6 +36,8 @@ from tests.clients._serve import http_serve
 from tests.gateway.conftest import reason, text
 from tests.incident_tools import incident_tools
 from tests.postgres import drop_schema, new_schema, pg_url, with_params
+
+META_TOOLS = listed_meta_tools(chains=False, offload=False)  # a fresh session: no chain yet, no offloading
 
 pytestmark = pytest.mark.anyio
 
@@ -137,9 +138,7 @@ def assert_sound(store: Store, session: Session) -> None:
     """The journal has no gap or fork, and the replayed state breaks no invariant."""
     seqs = [entry.seq for entry in store.load(session.session_id)]
     assert seqs == list(range(1, len(seqs) + 1))
-    assert tool_problem(session) is None
-    assert span_problem(session) is None
-    assert chain_problem(session) is None
+    session.check_invariants()
 
 
 async def assert_replicas_show_the_replay(pair: tuple[Replica, Replica], url: str, key: str) -> None:
@@ -315,3 +314,59 @@ async def test_replicas_hammering_one_session_never_fork_or_lose_a_call(store_ur
         # Every acknowledged call is in the journal, under the id its caller was given.
         assert [(call_id, fresh.call(call_id).tool) for call_id, _ in calls] == calls
     print(f"{len(calls)} calls, {conflicts} surfaced conflicts")
+
+
+CHAIN: dict[str, Any] = {
+    "topology": ["list_services", "get_service_health", "query_metrics"],
+    "failure": "query_metrics: 500 metric store timeout for every service",
+    "constraint": {"all": []},
+    "credentials": [],
+}
+
+
+@asynccontextmanager
+async def connect(serve: Any, key: str) -> AsyncIterator[Replica]:
+    """A 2026-07-28 client of session ``key`` on one ``residency serve`` process."""
+    async with AsyncExitStack() as stack:
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers={"Residency-Session": key}, timeout=httpx2.Timeout(60, read=None))
+        )
+        replica = Replica(key)
+        replica.client = await stack.enter_async_context(
+            Client(streamable_http_client(serve.url, http_client=http), message_handler=replica.on_message)
+        )
+        yield replica
+
+
+@pytest.mark.slow
+async def test_a_chain_archived_on_one_replica_reaches_every_session_of_the_scope_on_every_replica(
+    store_url: str,
+) -> None:
+    prefix = CHAIN["topology"][:2]
+    with anyio.fail_after(180):
+        async with (
+            http_serve("--store", store_url) as served_a,
+            http_serve("--store", store_url) as served_b,
+            connect(served_a, "archiver") as archiver,
+            connect(served_a, "neighbour") as neighbour,  # another session, same replica
+            connect(served_b, "remote") as remote,  # another session, the other replica
+        ):
+            for r in (neighbour, remote):
+                assert not (await r.call(REEXPAND_TOOLS, {"names": prefix})).is_error
+                assert set(prefix) <= set(await r.names())
+            async with (
+                neighbour.client.listen(tools_list_changed=True) as near,
+                remote.client.listen(tools_list_changed=True) as far,
+            ):
+                archived = await archiver.call("archive_chain", dict(CHAIN))
+                assert not archived.is_error, text(archived)
+                # Neither listener sent a request: only the store's notice tells their replicas.
+                with anyio.fail_after(30):
+                    assert isinstance(await near.__anext__(), ToolsListChanged)
+                    assert isinstance(await far.__anext__(), ToolsListChanged)
+            for r in (neighbour, remote):
+                assert not set(prefix) & set(await r.names()), r.name
+                refused = await r.call("list_services", {})
+                assert reason(refused) == "tool_archived", r.name
+                chains = await r.read(CHAINS)
+                assert CHAIN["failure"] in chains

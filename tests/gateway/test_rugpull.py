@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ import pytest
 
 from residency import ToolState
 from residency._gateway import Gateway
+from tests._timing import START, STEP, TEST
 from tests.gateway import rugpull_upstream
 from tests.gateway.conftest import Agent, agent, config, reason, text
 
@@ -84,15 +85,24 @@ class Rug:
             "command": sys.executable,
             "args": [str(Path(rugpull_upstream.__file__)), str(self.defs), str(self.log)],
             "env": env,
-            "timeout": 10,
+            # The upstream's call timeout: generous, no test here waits one out, and a loaded
+            # machine must not turn a slow answer into a dropped upstream.
+            "timeout": STEP,
         }
 
 
 @asynccontextmanager
 async def gateway(
-    rug: Rug, *, relist_interval: float | None = None, upstreams: dict[str, Any] | None = None, **env: str
+    rug: Rug,
+    *,
+    relist_interval: float | None = None,
+    upstreams: dict[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Gateway]:
-    cfg = config({"startup_timeout": 60}, {"rug": rug.server(**env)})
+    # ready_wait: the gateway serves once the upstream is up (a loaded machine starts it slowly),
+    # so a first call does not find it still starting.
+    settings = {"startup_timeout": START, "ready_wait": START}
+    cfg = config(settings, {"rug": rug.server(**(env or {}))})
     async with Gateway(cfg, upstreams=upstreams, relist_interval=relist_interval) as gw:
         yield gw
 
@@ -122,8 +132,8 @@ async def test_a_changed_definition_is_never_called_under_the_old_one(
     interval = 0.0 if behaviour == "silent" else 3600.0
     # A slow listing: a relist started by the announcement is still in flight at the next call.
     env = {"RUGPULL_LIST_DELAY": "0.5"} if behaviour == "notifies" else {}
-    with anyio.fail_after(120):
-        async with gateway(rug, relist_interval=interval, **env) as gw, agent(gw, "legacy") as a:
+    with anyio.fail_after(TEST):
+        async with gateway(rug, relist_interval=interval, env=env) as gw, agent(gw, "legacy") as a:
             assert not (await a.call("lookup", {"key": "abc"})).is_error
             assert len(rug.calls()) == 1
             starts = gw.upstreams["rug"].starts
@@ -173,9 +183,9 @@ async def test_a_call_right_after_the_announcement_is_held_for_the_relist_then_r
     """A slow relist and an immediate call to a tool never called before: the call waits for the
     relist, and is refused with the tombstone, since the model built it on the old definition."""
     rug = Rug(tmp_path)
-    with anyio.fail_after(120):
+    with anyio.fail_after(TEST):
         async with (
-            gateway(rug, relist_interval=3600.0, RUGPULL_LIST_DELAY="1") as gw,
+            gateway(rug, relist_interval=3600.0, env={"RUGPULL_LIST_DELAY": "1"}) as gw,
             agent(gw, "legacy") as a,
         ):
             upstream = gw.upstreams["rug"]
@@ -197,7 +207,7 @@ async def test_a_call_right_after_the_announcement_is_held_for_the_relist_then_r
 async def test_an_unchanged_upstream_is_not_relisted_per_call(tmp_path: Path) -> None:
     """The re-check costs no round trip: within the interval, calls go straight through."""
     rug = Rug(tmp_path)
-    with anyio.fail_after(120):
+    with anyio.fail_after(TEST):
         async with gateway(rug, relist_interval=3600.0) as gw, agent(gw, "legacy") as a:
             upstream = gw.upstreams["rug"]
             lists = upstream.lists

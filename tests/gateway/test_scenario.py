@@ -11,8 +11,11 @@ import pytest
 from residency import ToolState
 from residency._gateway import IncidentDesk
 from residency._gateway._demo import SCENARIO_READS
-from residency._gateway._meta_tools import META_TOOLS
+from residency._gateway._meta_tools import listed_meta_tools
+from tests._timing import NOTICE
 from tests.gateway.conftest import agent, reason, running, text
+
+META_TOOLS = listed_meta_tools(chains=False, offload=False)  # a fresh session: no chain yet, no offloading
 
 
 def text_blocks(result: types.CallToolResult) -> list[str]:
@@ -71,7 +74,7 @@ async def test_a_demoted_mutation_tool_is_refused_with_its_tombstone_until_reexp
         assert definitions[0]["inputSchema"]["required"] == ["incident_id", "notify"]
         assert "update_incident" in text(expanded)
         if not a.modern:
-            with anyio.fail_after(5):
+            with anyio.fail_after(NOTICE):
                 await a.list_changed.wait()
             assert "update_incident" in await a.names()
 
@@ -104,7 +107,7 @@ async def test_an_upstream_schema_migration_tombstones_a_tool_with_visible_argum
             await gw.reload("desk")
         else:
             # The desk's list_changed makes the gateway reload, and the gateway tells us.
-            with anyio.fail_after(5):
+            with anyio.fail_after(NOTICE):
                 await a.list_changed.wait()
         assert session.tool("update_incident").hash != before
 

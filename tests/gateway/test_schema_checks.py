@@ -10,8 +10,8 @@ import pytest
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from residency import _tool_cache
-from residency._tool_cache import schema_problem
+from residency._runtime import _tool_cache
+from residency._runtime._tool_cache import schema_problem
 from tests.gateway.conftest import agent, running
 
 pytestmark = pytest.mark.anyio

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from residency import Session, ToolState
+from residency import ArgumentsInvalid, Session, ToolState
 from residency._gateway._aggregate import build_catalog
 from residency._gateway._meta_tools import META_TOOLS, search_tools
 from residency._gateway._search import catalog_index
@@ -107,9 +107,9 @@ def test_bad_arguments_are_refused_naming_the_field(arguments: dict[str, Any], f
     catalog = build_catalog(SERVERS, reserved=META_TOOLS)
     session = Session()
     session.register_tools(catalog.definitions())
-    result = search_tools(session, catalog, arguments)
-    assert result.is_error
-    assert (result.structured_content or {})["error"] == {"reason": "arguments_invalid", "path": field}
+    with pytest.raises(ArgumentsInvalid) as refused:
+        search_tools(session, catalog, arguments)
+    assert (refused.value.tool, refused.value.path) == ("search_tools", field)
 
 
 def test_limits_at_the_bounds_are_accepted() -> None:

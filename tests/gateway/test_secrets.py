@@ -16,6 +16,7 @@ from residency._cli._serve import QUIET_LOGGERS, configure_logging, redact_logs
 from residency._gateway._config import Secrets
 from residency._gateway._errors import redact_result
 from residency._gateway._http import bind
+from tests._timing import START
 from tests.gateway import leaky_upstream
 from tests.gateway.conftest import agent, reason, running, text
 
@@ -52,7 +53,7 @@ async def http_upstream() -> AsyncIterator[str]:
 async def test_an_is_error_result_quoting_upstream_env_and_headers_reaches_the_client_scrubbed(
     era: str,
 ) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(START):
         async with http_upstream() as url:
             remote = {"url": url, "headers": {"Authorization": f"Bearer {HEADER_SECRET}"}}
             async with running(servers={"leaky": LEAKY, "remote": remote}) as gw, agent(gw, era) as a:
@@ -69,7 +70,7 @@ async def test_an_is_error_result_quoting_upstream_env_and_headers_reaches_the_c
 
 @pytest.mark.anyio
 async def test_an_ordinary_word_in_an_env_value_is_not_scrubbed(era: str) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(START):
         async with running(servers={"leaky": LEAKY}) as gw, agent(gw, era) as a:
             refused = await a.use("hang", {})  # "wall" is required
             assert reason(refused) == "arguments_invalid"

@@ -24,12 +24,13 @@ from residency._cli import main
 from residency._cli._serve import QUIET_LOGGERS, configure_logging
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._run import ServeOptions, redact_url, startup_summary
+from tests._timing import START, STEP
 from tests.gateway.conftest import config
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVE = (sys.executable, "-m", "residency", "serve")
 SESSION_LINE = re.compile(r"residency: session (\S+) \(resume with --session \1\)")
-WAIT = 60.0  # seconds: a loaded machine starts Python slowly
+WAIT = START  # a loaded machine starts Python slowly
 HANDSHAKE = {
     "protocolVersion": "2025-11-25",
     "capabilities": {},
@@ -307,7 +308,7 @@ async def served(*argv: str) -> AsyncIterator[Served]:
         with anyio.CancelScope(shield=True):
             with suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, signal.SIGKILL)
-            with anyio.move_on_after(10):
+            with anyio.move_on_after(STEP):
                 await process.aclose()
 
 
@@ -338,7 +339,7 @@ async def test_a_stop_signal_ends_stdio_serve_at_once_and_stops_its_upstreams(
         assert upstreams, "the desk upstream should run as a child process"
         gateway.process.send_signal(sig)
         # stdin stays open: only the signal can end the process.
-        with anyio.fail_after(10):
+        with anyio.fail_after(STEP):
             code = await gateway.process.wait()
         assert code == status, gateway.stderr.decode(errors="replace")
         assert f"stopped by {sig.name}".encode() in gateway.stderr
@@ -355,7 +356,7 @@ async def test_ctrl_c_ends_http_serve_with_status_130() -> None:
             await gateway.serving.wait()
         assert b"residency: transport http at http://127.0.0.1:" in gateway.stderr
         gateway.process.send_signal(signal.SIGINT)
-        with anyio.fail_after(10):
+        with anyio.fail_after(STEP):
             code = await gateway.process.wait()
         assert code == 130, gateway.stderr.decode(errors="replace")
 
@@ -368,6 +369,6 @@ async def test_stdio_serve_exits_0_when_its_stdin_closes() -> None:
             await gateway.handshake()
         assert gateway.process.stdin is not None
         await gateway.process.stdin.aclose()
-        with anyio.fail_after(10):
+        with anyio.fail_after(STEP):
             assert await gateway.process.wait() == 0
     assert SESSION_LINE.search(gateway.stderr.decode())

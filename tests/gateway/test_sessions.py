@@ -23,11 +23,12 @@ from mcp.server.subscriptions import ToolsListChanged
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._http import bind, serve_http
 from residency._gateway._sessions import MEMORY_LIMIT, SessionLimitReached, SessionTable, store_id
-from residency._session import Session
+from residency._runtime import Session
 from residency._store._memory import MemoryStore
 from residency._store._protocol import JournalEntry, Store
 from residency._store._sqlite import SQLiteStore
-from tests.gateway.conftest import config, running
+from tests._timing import START, STEP, scaled
+from tests.gateway.conftest import config, running, session_meta
 
 pytestmark = pytest.mark.anyio
 
@@ -107,7 +108,7 @@ async def test_ten_thousand_sessions_opened_and_closed_leave_memory_flat(sqlite_
         tracemalloc.start(1)
         try:
             before = _traced_bytes()
-            with anyio.fail_after(300):
+            with anyio.fail_after(scaled(300)):
                 for i in range(CYCLES):
                     await cycle(i)
             growth = _traced_bytes() - before
@@ -121,7 +122,7 @@ async def test_ten_thousand_sessions_opened_and_closed_leave_memory_flat(sqlite_
 
 async def test_clients_that_disconnect_leave_no_session_in_memory(sqlite_store: Store) -> None:
     async with running(desk=IncidentDesk(), store=sqlite_store) as gw:
-        with anyio.fail_after(60):
+        with anyio.fail_after(START):
             for _ in range(5):
                 async with Client(gw.server, mode="legacy") as client:
                     await client.call_tool("reexpand_tools", {"names": ["get_incident"]})
@@ -129,7 +130,7 @@ async def test_clients_that_disconnect_leave_no_session_in_memory(sqlite_store: 
             for _ in range(5):  # a key the client repeats: the same session each time
                 async with Client(gw.server, mode="legacy") as client:
                     await client.call_tool(
-                        "get_incident", {"incident_id": "INC-1"}, meta={"residency/session": "again"}
+                        "get_incident", {"incident_id": "INC-1"}, meta=session_meta("again")
                     )
         assert len(gw._table) == 0
         again = gw.session("again")
@@ -148,11 +149,11 @@ async def test_an_http_session_leaves_memory_after_the_clients_delete() -> None:
 
     async with gateway, anyio.create_task_group() as tg:
         tg.start_soon(lambda: serve_http(gateway, bind("127.0.0.1", 0), started=started))
-        with anyio.fail_after(60):
+        with anyio.fail_after(START):
             await ready.wait()
             for _ in range(3):
                 async with (
-                    httpx2.AsyncClient(timeout=httpx2.Timeout(10, read=None)) as http,
+                    httpx2.AsyncClient(timeout=httpx2.Timeout(STEP, read=None)) as http,
                     Client(streamable_http_client(urls[0], http_client=http), mode="legacy") as client,
                 ):
                     await client.list_tools()
@@ -205,12 +206,12 @@ async def test_the_memory_store_refuses_new_keys_past_its_limit_and_keeps_servin
     for i in range(MEMORY_LIMIT - 1):  # keys journaled before: they count
         store.append(store_id(f"old-{i}"), [JournalEntry("note", {}, 0.0)])
     async with running(desk=IncidentDesk(), store=store) as gw:
-        with anyio.fail_after(60):
+        with anyio.fail_after(START):
             async with Client(gw.server, mode="legacy") as client:
-                last = {"residency/session": "last"}
+                last = session_meta("last")
                 assert (await client.list_tools(meta=last)).tools
                 with pytest.raises(MCPError) as refused:
-                    await client.list_tools(meta={"residency/session": "one-too-many"})
+                    await client.list_tools(meta=session_meta("one-too-many"))
                 assert refused.value.error.data["type"] == "SessionLimitReached"
                 assert (await client.list_tools(meta=last)).tools  # a known key still works
         assert store_id("one-too-many") not in store.sessions()

@@ -19,13 +19,14 @@ from mcp.client.stdio import stdio_client
 
 from residency import MemoryStore, Session
 from residency._gateway._resources import MAX_RANGE, span_range
+from tests._timing import TEST
 from tests.gateway.big_upstream import text_of
 from tests.gateway.test_serve_cli import served
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT = 180  # seconds per test: interpreters start one after another on a loaded machine
+WAIT = TEST  # per test: interpreters start one after another on a loaded machine
 SIZE = 300_000
 KEY = "spans-k"
 
@@ -161,6 +162,23 @@ def test_an_offloaded_span_keeps_its_text_out_of_the_journal_and_survives_a_reop
     assert again.snapshot() == s.snapshot()
     assert again.restore(record.id) == text
     assert store.get_content(record.key) == text.encode("utf-8")
+
+
+def test_an_offloaded_span_keeps_the_callers_token_count_and_refuses_a_bad_one() -> None:
+    from residency import InvalidInput
+    from residency._tokens import count_tokens
+
+    store = MemoryStore()
+    s = Session(store, session_id="x")
+    text = "counted once " * 9000
+    assert s.offload_span(text).tokens == count_tokens(text)
+    assert s.offload_span(text + "!", tokens=1234).tokens == 1234  # the gateway's own count
+    length = len(store.load("x"))
+    for bad in (-1, True, 1.5, "12"):
+        with pytest.raises(InvalidInput) as caught:
+            s.offload_span(text, tokens=bad)  # type: ignore[arg-type]
+        assert caught.value.where == "tokens"
+    assert len(store.load("x")) == length  # nothing journaled
 
 
 @pytest.mark.parametrize("bad", [{"offload_tokens": 0}, {"preview_chars": -1}, {"tags": {"x": "constraint"}}])

@@ -10,9 +10,11 @@ from mcp import MCPDeprecationWarning, MCPError
 
 from residency import EventKind, ToolState
 from residency._gateway import IncidentDesk
-from residency._gateway._meta_tools import META_TOOLS
-from residency._tool_ops import IMPLICIT_REEXPANSION
+from residency._gateway._meta_tools import listed_meta_tools
+from residency._runtime._tools import IMPLICIT_REEXPANSION
 from tests.gateway.conftest import agent, reason, running, text
+
+META_TOOLS = listed_meta_tools(chains=False, offload=False)  # a fresh session: no chain yet, no offloading
 
 pytestmark = pytest.mark.anyio
 

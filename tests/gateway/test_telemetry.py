@@ -22,7 +22,8 @@ from residency._gateway._config import Secrets
 from residency._gateway._demo import SCENARIO_READS
 from residency._gateway._http import bind, serve_http
 from residency._gateway._telemetry import Telemetry
-from residency._tool_ops import IMPLICIT_REEXPANSION
+from residency._runtime._tools import IMPLICIT_REEXPANSION
+from tests._timing import STEP
 from tests.gateway.conftest import agent, config, reason, running
 
 pytestmark = pytest.mark.anyio
@@ -240,7 +241,7 @@ async def http_gateway(
     async with gateway, anyio.create_task_group() as tg:
         sock = bind("127.0.0.1", 0)
         tg.start_soon(lambda: serve_http(gateway, sock, token=token, started=started))
-        with anyio.fail_after(10):
+        with anyio.fail_after(STEP):
             await ready.wait()
         yield gateway, urls[0].removesuffix("/mcp")
         tg.cancel_scope.cancel()
@@ -248,16 +249,16 @@ async def http_gateway(
 
 @pytest.mark.slow
 async def test_healthz_is_ok_and_metrics_count_calls_made_over_http() -> None:
-    async with http_gateway() as (_, base), httpx2.AsyncClient(timeout=10) as http:
+    async with http_gateway() as (_, base), httpx2.AsyncClient(timeout=STEP) as http:
         health = await http.get(f"{base}/healthz")
         assert health.status_code == 200
         assert health.json()["status"] == "ok"
         assert [(u["name"], u["status"]) for u in health.json()["upstreams"]] == [("desk", "connected")]
 
-        with anyio.fail_after(30):
+        with anyio.fail_after(STEP):
             async with (
                 httpx2.AsyncClient(
-                    headers={"Residency-Session": "h1"}, timeout=httpx2.Timeout(10, read=None)
+                    headers={"Residency-Session": "h1"}, timeout=httpx2.Timeout(STEP, read=None)
                 ) as c,
                 Client(streamable_http_client(f"{base}/mcp", http_client=c), mode="legacy") as client,
             ):
@@ -274,7 +275,7 @@ async def test_healthz_is_ok_and_metrics_count_calls_made_over_http() -> None:
 
 @pytest.mark.slow
 async def test_healthz_is_503_and_degraded_while_an_upstream_has_failed() -> None:
-    async with http_gateway(BROKEN) as (_, base), httpx2.AsyncClient(timeout=10) as http:
+    async with http_gateway(BROKEN) as (_, base), httpx2.AsyncClient(timeout=STEP) as http:
         health = await http.get(f"{base}/healthz")
         scraped = await http.get(f"{base}/metrics")
     # Before any MCP request the catalog gauges already hold the tools of the upstream that runs.
@@ -288,7 +289,7 @@ async def test_healthz_is_503_and_degraded_while_an_upstream_has_failed() -> Non
 @pytest.mark.slow
 async def test_health_and_metrics_follow_the_token_and_host_rules_of_mcp() -> None:
     token = "t0ken-for-tests"
-    async with http_gateway(token=token) as (_, base), httpx2.AsyncClient(timeout=10) as http:
+    async with http_gateway(token=token) as (_, base), httpx2.AsyncClient(timeout=STEP) as http:
         for path in ("/healthz", "/metrics"):
             assert (await http.get(f"{base}{path}")).status_code == 401
             wrong = {"Authorization": "Bearer nope"}

@@ -17,8 +17,11 @@ from mcp.client.subscriptions import ToolsListChanged
 
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._http import bind, serve_http
-from residency._gateway._meta_tools import META_TOOLS
+from residency._gateway._meta_tools import listed_meta_tools
+from tests._timing import START, STEP
 from tests.gateway.conftest import config, reason, text
+
+META_TOOLS = listed_meta_tools(chains=False, offload=False)  # a fresh session: no chain yet, no offloading
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +37,7 @@ async def test_residency_serve_speaks_mcp_over_stdio(mode: str) -> None:
         seen.append(message)
 
     params = StdioServerParameters(command=sys.executable, args=["-m", "residency", "serve"])
-    with anyio.fail_after(60):
+    with anyio.fail_after(START):
         async with Client(params, mode=mode, message_handler=on_message) as client:
             names = [t.name for t in (await client.list_tools()).tools]
             assert set(META_TOOLS) <= set(names)
@@ -64,7 +67,7 @@ async def http_gateway(token: str | None = None, **residency: Any) -> AsyncItera
     async with gateway, anyio.create_task_group() as tg:
         sock = bind("127.0.0.1", 0)
         tg.start_soon(lambda: serve_http(gateway, sock, token=token, started=started))
-        with anyio.fail_after(10):
+        with anyio.fail_after(STEP):
             await ready.wait()
         yield gateway, urls[0]
         tg.cancel_scope.cancel()
@@ -72,7 +75,7 @@ async def http_gateway(token: str | None = None, **residency: Any) -> AsyncItera
 
 @asynccontextmanager
 async def _client(url: str, mode: str, headers: dict[str, str] | None = None) -> AsyncIterator[Client]:
-    timeout = httpx2.Timeout(10, read=None)
+    timeout = httpx2.Timeout(STEP, read=None)
     async with (
         httpx2.AsyncClient(headers=headers or {}, timeout=timeout) as http,
         Client(streamable_http_client(url, http_client=http), mode=mode) as client,
@@ -85,7 +88,7 @@ async def _client(url: str, mode: str, headers: dict[str, str] | None = None) ->
 async def test_the_gateway_serves_streamable_http_on_an_ephemeral_loopback_port(mode: str) -> None:
     async with http_gateway() as (gw, url):
         assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
-        with anyio.fail_after(30):
+        with anyio.fail_after(STEP):
             async with _client(url, mode, {"Residency-Session": "http-1"}) as client:
                 await client.call_tool("reexpand_tools", {"names": ["get_incident"]})
                 result = await client.call_tool("get_incident", {"incident_id": "INC-1"})
@@ -98,14 +101,14 @@ async def test_http_refuses_foreign_host_headers_and_requests_without_the_token(
     async with http_gateway(token="t0ken-for-tests") as (_, url):
         body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
         accept = {"Accept": "application/json, text/event-stream", "Authorization": "Bearer t0ken-for-tests"}
-        async with httpx2.AsyncClient(timeout=10) as http:
+        async with httpx2.AsyncClient(timeout=STEP) as http:
             rebinding = await http.post(url, json=body, headers={**accept, "Host": "evil.example:80"})
             assert rebinding.status_code == 421
             anonymous = await http.post(url, json=body, headers={"Accept": accept["Accept"]})
             assert anonymous.status_code == 401
             wrong = await http.post(url, json=body, headers={**accept, "Authorization": "Bearer nope"})
             assert wrong.status_code == 401
-        with anyio.fail_after(30):
+        with anyio.fail_after(STEP):
             async with _client(url, "legacy", {"Authorization": "Bearer t0ken-for-tests"}) as client:
                 assert set(META_TOOLS) <= {t.name for t in (await client.list_tools()).tools}
 
@@ -113,7 +116,7 @@ async def test_http_refuses_foreign_host_headers_and_requests_without_the_token(
 @pytest.mark.slow
 async def test_listen_streams_carry_tombstone_updates_to_their_own_session_only() -> None:
     async with http_gateway(budget={"schema_tokens": 350}) as (gw, url):
-        with anyio.fail_after(30):
+        with anyio.fail_after(STEP):
             async with (
                 _client(url, "auto", {"Residency-Session": "alice"}) as alice,
                 _client(url, "auto", {"Residency-Session": "bob"}) as bob,
@@ -142,7 +145,7 @@ async def test_listen_streams_carry_tombstone_updates_to_their_own_session_only(
 @pytest.mark.slow
 async def test_a_modern_session_hears_of_its_own_list_changes_on_its_listen_stream() -> None:
     async with http_gateway(budget={"schema_tokens": 350}) as (_, url):
-        with anyio.fail_after(30):
+        with anyio.fail_after(STEP):
             async with (
                 _client(url, "auto", {"Residency-Session": "alice"}) as alice,
                 alice.listen(tools_list_changed=True) as events,
@@ -158,7 +161,7 @@ async def test_a_modern_session_hears_of_its_own_list_changes_on_its_listen_stre
 @pytest.mark.slow
 async def test_anonymous_modern_callers_get_a_throwaway_session_per_request() -> None:
     async with http_gateway(budget={"schema_tokens": 350}) as (gw, url):
-        with anyio.fail_after(30):
+        with anyio.fail_after(STEP):
             async with (
                 _client(url, "auto") as anonymous,
                 _client(url, "auto", {"Residency-Session": "kept"}) as kept,
@@ -182,7 +185,7 @@ async def test_modern_callers_without_a_session_key_share_their_bearer_token_ide
     token = "t0ken-for-tests"
     async with http_gateway(token=token, budget={"schema_tokens": 350}) as (gw, url):
         auth = {"Authorization": f"Bearer {token}"}
-        with anyio.fail_after(30):
+        with anyio.fail_after(STEP):
             async with _client(url, "auto", auth) as first:
                 await first.call_tool("reexpand_tools", {"names": ["list_services"]})
             async with _client(url, "auto", auth) as second:
@@ -198,7 +201,7 @@ def _names(listed: types.ListToolsResult) -> list[str]:
 @pytest.mark.slow
 async def test_handshake_http_clients_without_a_key_each_get_the_session_of_their_mcp_session_id() -> None:
     async with http_gateway(budget={"schema_tokens": 350}) as (gw, url):
-        with anyio.fail_after(30):
+        with anyio.fail_after(STEP):
             async with _client(url, "legacy") as first, _client(url, "legacy") as second:
                 await first.call_tool("reexpand_tools", {"names": ["list_services"]})
                 assert "list_services" in _names(await first.list_tools())

@@ -22,13 +22,14 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from residency import Session, SQLiteStore
+from tests._timing import TEST
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "shared-k"
 CALLS = 10  # per gateway
-WAIT = 120  # seconds for the whole test: two interpreters start on a loaded machine
+WAIT = TEST  # for the whole test: two interpreters start on a loaded machine
 
 
 @asynccontextmanager

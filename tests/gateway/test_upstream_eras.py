@@ -15,6 +15,7 @@ from mcp.server.mcpserver import MCPServer
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._connection import ListChangedServer, connection_of
 from residency._gateway._upstream import in_process_era
+from tests._timing import NOTICE
 from tests.gateway.conftest import agent, running, text
 
 pytestmark = pytest.mark.anyio
@@ -82,7 +83,7 @@ async def test_a_listen_stream_change_reloads_the_gateway_without_being_asked() 
         assert before is not None
         done = reloads(gw)
         await desk.migrate()
-        with anyio.fail_after(5):
+        with anyio.fail_after(NOTICE):
             await done[0].wait()
         after = gw.catalog.get("update_incident")
         assert after is not None and after.hash != before.hash
@@ -95,7 +96,7 @@ async def test_an_upstream_that_announces_changes_only_in_the_handshake_era_is_s
         assert gw.catalog.get("beta") is None
         done = reloads(gw)
         await upstream.add("beta")
-        with anyio.fail_after(5):
+        with anyio.fail_after(NOTICE):
             await done[0].wait()
         assert gw.catalog.get("beta") is not None
 

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from residency._gateway import IncidentDesk
+from tests._timing import START, STEP
 from tests.gateway import flaky_upstream
 from tests.gateway.conftest import agent, reason, running, text
 
@@ -20,7 +21,7 @@ FLAKY = {
     "command": sys.executable,
     "args": [str(Path(flaky_upstream.__file__))],
     "env": {"FLAKY_SECRET": SECRET},
-    "timeout": 5,
+    "timeout": STEP,  # the upstream's call timeout: no test here waits it out
 }
 
 
@@ -34,7 +35,7 @@ async def test_a_crashed_subprocess_upstream_gives_an_error_and_is_restarted_on_
         crashed = await a.use("crash", {})
         assert crashed.is_error and reason(crashed) == "upstream_failure"
         assert "flaky" in text(crashed)
-        with anyio.fail_after(20):
+        with anyio.fail_after(STEP):
             again = await a.use("echo", {"text": "two"})
         assert text(again).startswith("two (pid ")
         assert text(again).split("pid ")[1] != text(first).split("pid ")[1]
@@ -43,7 +44,7 @@ async def test_a_crashed_subprocess_upstream_gives_an_error_and_is_restarted_on_
 
 async def test_a_hanging_upstream_call_times_out_and_the_gateway_keeps_serving(era: str) -> None:
     async with running(upstreams={"flaky": flaky_upstream.build()}, timeout=0.5) as gw, agent(gw, era) as a:
-        with anyio.fail_after(10):
+        with anyio.fail_after(STEP):
             hung = await a.use("hang", {})
         assert reason(hung) == "upstream_failure"
         assert (hung.meta or {})["residency/error"]["timed_out"] is True
@@ -79,15 +80,15 @@ SLOW_DESK = {
     "command": sys.executable,
     "args": ["-c", "import time; time.sleep(4); from residency._gateway._demo import main; main()"],
 }
-HUNG = {"command": sys.executable, "args": ["-c", "import time; time.sleep(120)"]}
+HUNG = {"command": sys.executable, "args": ["-c", f"import time; time.sleep({8 * START})"]}
 
 
 @pytest.mark.slow
 async def test_a_hung_upstream_holds_up_neither_the_list_nor_the_others_and_says_it_is_down(
     era: str,
 ) -> None:
-    settings = {"ready_wait": 0.5, "startup_timeout": 60}
-    with anyio.fail_after(30):  # far below the hung upstream's startup timeout
+    settings = {"ready_wait": 0.5, "startup_timeout": 4 * START}
+    with anyio.fail_after(START):  # far below the hung upstream's startup timeout
         async with running(settings, desk=IncidentDesk(), servers={"hung": HUNG}) as gw, agent(gw, era) as a:
             assert "get_incident" in await a.names()
             assert gw.upstreams["hung"].status == "starting"
@@ -101,8 +102,8 @@ async def test_a_hung_upstream_holds_up_neither_the_list_nor_the_others_and_says
 
 @pytest.mark.slow
 async def test_an_upstream_that_starts_late_joins_and_its_tools_are_announced() -> None:
-    settings = {"ready_wait": 0.5, "startup_timeout": 60}
-    with anyio.fail_after(60):
+    settings = {"ready_wait": 0.5, "startup_timeout": 2 * START}
+    with anyio.fail_after(2 * START):
         async with running(settings, servers={"late": SLOW_DESK}) as gw, agent(gw, "legacy") as a:
             assert "get_incident" not in await a.names()
             await a.list_changed.wait()

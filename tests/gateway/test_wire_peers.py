@@ -32,9 +32,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from residency._gateway import _meta_tools as meta
-from residency._gateway._connection import SESSION_META_KEY
 from residency._gateway._demo import SCENARIO_READS, desk_tools
+from tests._timing import CLEANUP, START
 from tests.conftest import ROOT
+from tests.gateway.conftest import session_meta
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -46,9 +47,10 @@ FILESYSTEM = BIN / "mcp-server-filesystem"
 TS_CLIENT = PEERS / "list_changed_client.mjs"
 TS_SDK = PEERS / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
 SERVE = [sys.executable, "-m", "residency", "serve"]
-META_TOOLS = set(meta.META_TOOLS)
+# What a fresh session is shown: no chain in its scope yet, no offloading.
+META_TOOLS = set(meta.listed_meta_tools(chains=False, offload=False))
 
-PEER_TIMEOUT = 90.0
+PEER_TIMEOUT = START
 """Seconds one peer run may take (node start, gateway start, upstreams start, the request)."""
 
 # The demo desk's policy withholds update_incident at the start of a session.
@@ -161,7 +163,7 @@ async def run_peer(argv: Sequence[str], env: Mapping[str, str], timeout: float =
             await process.wait()
     finally:
         _kill_group(process)
-        with anyio.CancelScope(shield=True), anyio.fail_after(10):
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP):
             await process.aclose()
     assert process.returncode is not None
     return Ran(list(argv), process.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
@@ -171,7 +173,7 @@ _SERVING = re.compile(rb"serving MCP at (http://127\.0\.0\.1:\d+/\S*)")
 
 
 @asynccontextmanager
-async def http_gateway(tmp_path: Path, *args: str, startup: float = 60.0) -> AsyncIterator[str]:
+async def http_gateway(tmp_path: Path, *args: str, startup: float = START) -> AsyncIterator[str]:
     """``residency serve --transport http`` on an ephemeral 127.0.0.1 port; yields its URL."""
     log = tmp_path / f"gateway-http-{len(list(tmp_path.glob('gateway-http-*')))}.log"
     with log.open("wb") as err:
@@ -199,13 +201,15 @@ async def http_gateway(tmp_path: Path, *args: str, startup: float = 60.0) -> Asy
                 await stream.aclose()
         yield url
     finally:
-        if process.returncode is None:
-            process.terminate()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                await process.wait()
-        _kill_group(process)
-        with anyio.CancelScope(shield=True), anyio.fail_after(10):
-            await process.aclose()
+        with anyio.CancelScope(shield=True):
+            if process.returncode is None:
+                with suppress(ProcessLookupError):
+                    process.terminate()
+                with anyio.move_on_after(CLEANUP):
+                    await process.wait()
+            _kill_group(process)
+            with anyio.move_on_after(CLEANUP):
+                await process.aclose()
 
 
 def serve_params(*args: str, env: Mapping[str, str] | None = None) -> StdioServerParameters:
@@ -246,7 +250,7 @@ Call = Callable[[str, dict[str, Any]], Awaitable[types.CallToolResult]]
 
 
 def caller(client: Client, key: str | None = None) -> Call:
-    meta = {SESSION_META_KEY: key} if key is not None else None
+    meta = session_meta(key) if key is not None else None
 
     async def call(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         return await client.call_tool(name, arguments, meta=meta)
@@ -271,7 +275,7 @@ async def tombstone_update_incident(client: Client, key: str | None = None) -> s
         created it show it.
     """
     call = caller(client, key)
-    meta = {SESSION_META_KEY: key} if key is not None else None
+    meta = session_meta(key) if key is not None else None
     done = await use(call, WITHHELD, UPDATE)
     assert not done.is_error, text_of(done)
     for name, arguments in SCENARIO_READS:

@@ -51,8 +51,8 @@ import jsonschema
 from residency._bench._pricing import Prompt, block_key, call_tokens
 from residency._bench._trace import Toolset, Trace, TraceCall, TraceTurn
 from residency._core._tools import JSONObject
-from residency._gateway._meta_tools import SEARCH_TOOLS, meta_tool_definitions
-from residency._gateway._search import search, tokenize
+from residency._gateway import SEARCH_TOOLS, meta_tool_definitions
+from residency._search import search, tokenize
 from residency._tokens import count_tokens
 
 __all__ = [

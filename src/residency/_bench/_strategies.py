@@ -51,18 +51,19 @@ from residency._core._lifecycle import ToolState
 from residency._core._planner import Budget
 from residency._core._tools import JSONObject, definition_hash
 from residency._errors import CallRefused, IllegalTransition
-from residency._gateway._aggregate import Catalog, CatalogEntry
-from residency._gateway._meta_tools import (
+from residency._gateway import (
     REEXPAND_TOOLS,
     SEARCH_TOOLS,
+    Catalog,
+    CatalogEntry,
+    listed_meta_tools,
     meta_tool_definitions,
     reexpand_tools,
     search_tools,
 )
-from residency._gateway._search import search, tokenize
-from residency._session import Session
+from residency._runtime import Session, TurnPlan
+from residency._search import search, tokenize
 from residency._tokens import count_tokens
-from residency._tool_ops import TurnPlan
 from residency.adapters._common import REEXPAND_DESCRIPTION, reexpand_schema
 
 __all__ = [
@@ -149,7 +150,8 @@ class ResidencyStrategy(Strategy):
         self._block = block_key([*plan.tools, *meta])
 
     def _meta_tools(self, plan: TurnPlan) -> list[JSONObject]:
-        return meta_tool_definitions()
+        # As the gateway lists them with its default config (no offloading of results).
+        return meta_tool_definitions(listed_meta_tools(chains=bool(self.session.chains()), offload=False))
 
     def turn_tokens(self) -> int:
         return self._shown_tokens + self._meta_tokens

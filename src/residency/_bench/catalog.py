@@ -14,11 +14,11 @@ Figures, measured in one run on the dev corpus (405 real tool definitions, names
   the uncached check run on every tool (measured on the corpus, per tool, times ``--big``);
 * registering the ``--big``-tool catalog in a new session once another holds it;
 * the cold ``plan_turn`` over the ``--big``-tool catalog (the first plan, which prunes most of
-  it; target <= 50 ms), as sessions are made by default (a checkpoint is due inside it) and
-  with automatic checkpoints off (the plan alone).
+  it; target <= 50 ms), as sessions are made by default (a checkpoint falls due in it and is
+  saved after it) and with automatic checkpoints off (the plan alone).
 
 Definitions are parsed, checked, minified and counted once per process and shared by every
-session (``residency._tool_cache``); a session holds its states and its own records.
+session (``residency._runtime._tool_cache``); a session holds its states and its own records.
 """
 
 from __future__ import annotations
@@ -31,14 +31,12 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from residency._bench._corpus import default_corpus, load_servers
 from residency._bench._report import BenchReport
 from residency._core._planner import Budget
 from residency._core._tools import parse_tool
-from residency._session import Session
-from residency._tool_cache import schema_problem
+from residency._runtime import Session
+from residency._runtime._tool_cache import metaschema_problem, schema_problem
 
 SUMMARY = "memory and time of one more session registering an already-known 405-tool catalog"
 SMALL_ARGS = ["--sessions", "10", "--repeat", "5", "--big", "2000"]
@@ -78,10 +76,7 @@ def big_catalog(tools: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
 def _uncached_checks(tools: list[dict[str, Any]]) -> None:
     """The gateway's schema check before it was cached (one metaschema validation per tool)."""
     for tool in tools:
-        schema = parse_tool(tool)["inputSchema"]
-        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(
-            schema
-        )
+        metaschema_problem(parse_tool(tool)["inputSchema"])
 
 
 def _cold_plan_ms(tools: list[dict[str, Any]], checkpoint_every: int | None, rounds: int = 3) -> float:

@@ -22,7 +22,7 @@ from residency._bench._corpus import numbered_tools
 from residency._bench._report import BenchReport, time_per_call
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
 from residency._core._planner import Budget
-from residency._session import Session
+from residency._runtime import Session
 
 SUMMARY = "plan_turn cost vs json.dumps of the tool list, memory per recorded call, transition cost"
 SMALL_ARGS = ["--tools", "1000", "--calls", "10000"]

@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from residency._bench._report import BenchReport
-from residency._session import Session
-from residency._session_base import DEFAULT_CHECKPOINT_EVERY
+from residency._runtime import Session
+from residency._runtime._journal import DEFAULT_CHECKPOINT_EVERY
 from residency._store._protocol import content_key
 from residency._store._sqlite import SQLiteStore
 
@@ -192,7 +192,7 @@ def _spans(report: BenchReport, args: argparse.Namespace, rng: random.Random, fo
             session.restore(span_id)
         else:
             session.externalize(span_id)
-    entries = session._seq
+    entries = session.seq
     store.close()
 
     def reopen(at: Path = path) -> None:

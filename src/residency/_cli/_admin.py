@@ -22,7 +22,7 @@ from typing import Any
 from residency._core._chains import ChainRecord
 from residency._errors import ConfigError, InvalidInput, ResidencyError
 from residency._gateway._config import load_config
-from residency._session import Session
+from residency._runtime import Session
 from residency._store import open_store, redact_url
 from residency._store._protocol import DEFAULT_SCOPE, Store
 
@@ -152,7 +152,8 @@ def _revoke(args: argparse.Namespace) -> int:
                 "revoke --retry needs --config PATH (a gateway config with residency.revoke_command)"
             )
         try:
-            revoker = load_config(args.config).residency.revoker()
+            config = load_config(args.config)
+            revoker = config.residency.revoker(redact=config.secrets().redact)
         except ResidencyError as exc:
             return _fail(exc)
         if revoker is None:

@@ -26,8 +26,10 @@ BENCHES: dict[str, str] = {
     "session": "residency._bench.session",
     "minify": "residency._bench.minify",
     "gateway": "residency._bench.gateway",
+    "offload": "residency._bench.offload",
     "search": "residency._bench.search",
     "catalog": "residency._bench.catalog",
+    "fleet": "residency._bench.fleet",
 }
 
 

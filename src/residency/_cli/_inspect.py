@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from residency._errors import ConfigError, ResidencyError
-from residency._session import Session
+from residency._runtime import Session
 from residency._store import open_store, redact_url
 from residency._store._protocol import Store
 
@@ -110,6 +110,13 @@ def _show(console: Console, s: Session, events: int) -> None:
         console.print(table)
     for chain in s.chains():
         console.print(f"[bold]archived chain[/bold] {chain.digest[:12]}: {chain.rule}", highlight=False)
+    attempted = s.revocations()
+    for ref in sorted({*attempted, *s.pending_revocations()}):
+        if ref not in attempted:
+            outcome = "not tried"
+        else:
+            outcome = "revoked" if attempted[ref] else "not revoked (last attempt failed)"
+        console.print(f"[bold]credential[/bold] {ref}: {outcome}", highlight=False)
     log = Table(title=f"latest {events} events")
     for col in ("turn", "event", "subject", "detail"):
         log.add_column(col)

@@ -23,13 +23,14 @@ import sys
 from typing import Any
 
 from residency._errors import ConfigError, ResidencyError
-from residency._gateway._meta_tools import REEXPAND_TOOLS, meta_tool_definitions
+from residency._gateway._config import MINIFY_ALIASES, MINIFY_LEVELS
+from residency._gateway._meta_tools import REEXPAND_TOOLS, listed_meta_tools, meta_tool_definitions
 from residency._gateway._sessions import store_id
-from residency._session import Session
+from residency._runtime import Session
 from residency._store._protocol import Store
 from residency._tokens import count_tokens, tokenizer_name
 
-_LEVELS = ("none", "full-text", "lossless", "compact", "minimal")
+_LEVELS = (*MINIFY_LEVELS, *MINIFY_ALIASES)
 
 
 def add_parser(sub: Any) -> None:
@@ -52,24 +53,29 @@ def add_parser(sub: Any) -> None:
         metavar="FILE",
         help="the gateway's config, for its minify level (default: the demo's policy)",
     )
-    p.add_argument("--minify", choices=_LEVELS, help="the gateway's minify level (overrides --config)")
+    p.add_argument(
+        "--minify",
+        choices=_LEVELS,
+        help="the gateway's minify level (overrides --config; lossless is an older name for full-text)",
+    )
     p.add_argument("--json", action="store_true", help="print the view as JSON")
     p.set_defaults(run=run)
 
 
-def _minify_level(args: argparse.Namespace) -> str:
-    """The minify level the gateway served with.
+def _served_with(args: argparse.Namespace) -> tuple[str, bool]:
+    """The minify level the gateway served with, and whether it offloaded large results.
 
     Raises:
         ConfigError: the config file is missing or malformed.
     """
-    if args.minify is not None:
-        return str(args.minify)
     from residency._gateway._config import load_config, parse_config
     from residency._gateway._run import DEMO_CONFIG
 
     config = load_config(args.config) if args.config else parse_config(DEMO_CONFIG, source="<demo>")
-    return config.residency.minify
+    offload = config.residency.spans.offload_tokens is not None
+    if args.minify is not None:
+        return MINIFY_ALIASES.get(args.minify, str(args.minify)), offload
+    return config.residency.minify, offload
 
 
 def _find(store: Store, given: str) -> str | None:
@@ -81,11 +87,15 @@ def _find(store: Store, given: str) -> str | None:
     return None
 
 
-def view(session: Session) -> dict[str, Any]:
-    """What the model sees now in ``session``: listed tools and meta-tools with tokens, tombstones."""
+def view(session: Session, *, offload: bool = False) -> dict[str, Any]:
+    """What the model sees now in ``session``: listed tools and meta-tools with tokens, tombstones.
+
+    ``offload``: the gateway offloads large results (``read_span`` is listed then).
+    """
     tombstones = session.tombstones()
     tools = [(n, session.tool(n).tokens) for n in session.resident_tools()]
-    meta = [(str(d["name"]), count_tokens(d)) for d in meta_tool_definitions()]
+    listed = listed_meta_tools(chains=bool(session.chains()), offload=offload)
+    meta = [(str(d["name"]), count_tokens(d)) for d in meta_tool_definitions(listed)]
     tool_tokens = sum(t for _, t in tools)
     meta_tokens = sum(t for _, t in meta)
     return {
@@ -107,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from residency._store import redact_url
 
     try:
-        level = _minify_level(args)
+        level, offload = _served_with(args)
         store = _open(args.store)
     except ResidencyError as exc:
         print(f"residency view: {exc}", file=sys.stderr)
@@ -126,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         session = Session(
             store, session_id=found, resume=True, minify=_minifier(level), reexpand_tool=REEXPAND_TOOLS
         )
-        shown = {"requested": args.session, **view(session), "minify": level}
+        shown = {"requested": args.session, **view(session, offload=offload), "minify": level}
     except (ConfigError, ResidencyError) as exc:
         print(f"residency view: {exc}", file=sys.stderr)
         return 2

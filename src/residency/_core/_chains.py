@@ -5,7 +5,7 @@ Theory of operation
 A chain is archived when a multi-step pipeline failed deterministically at its last step
 (transient failures are refused: the chain stays viable). Its record holds the ordered
 topology (tool names), the terminal failure signature, a negative constraint (see
-``_constraints``), references to the credentials to revoke (names, never values), a digest
+``_predicates``), references to the credentials to revoke (names, never values), a digest
 (sha256 of its canonical JSON), and a pointer to the cold copy (full tool definitions and logs)
 in the content store.
 
@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from residency._core._constraints import (
+from residency._core._predicates import (
     Constraint,
     constraint_json,
     holds,
@@ -267,6 +267,7 @@ class ChainArchive:
         self._by_length: dict[int, dict[tuple[str, ...], list[ChainRecord]]] = {}
         self._by_tool: dict[str, list[ChainRecord]] = {}
         self._terminals: dict[int, dict[tuple[str, ...], set[str]]] = {}
+        self._digest: str | None = None  # ``digest()``, until the next record is added
         for record in chains:
             self.add(record)
 
@@ -275,6 +276,7 @@ class ChainArchive:
         if record.digest in self._chains:
             return False
         self._chains[record.digest] = record
+        self._digest = None
         run = record.fatal_run
         bucket = self._by_length.setdefault(len(run), {}).setdefault(run, [])
         bucket.append(record)
@@ -331,8 +333,12 @@ class ChainArchive:
         return covered
 
     def digest(self) -> str:
-        """sha256 over the sorted chain digests: equal archives, in any order, agree."""
-        return hashlib.sha256(canonical_json(sorted(self._chains)).encode()).hexdigest()
+        """sha256 over the sorted chain digests: equal archives, in any order, agree.
+
+        Kept until the next ``add`` (about 6 ms to compute at 10,000 chains)."""
+        if self._digest is None:
+            self._digest = hashlib.sha256(canonical_json(sorted(self._chains)).encode()).hexdigest()
+        return self._digest
 
     def check(self, sequence: object, arguments: object = None) -> ChainVerdict:
         """Whether a candidate sequence re-assembles an archived fatal run, anywhere in it.

@@ -15,7 +15,7 @@ a property may be called ``title`` or ``default``) and rebuilds it:
 - ``anyOf: [A, {"type": "null"}]`` becomes ``A`` with a type list where that is equivalent.
 
 Every level is validation-equivalent to the input: every instance gets the same verdict
-(``residency._verify`` checks this; ``_constraints`` counts that nothing was lost). The
+(``residency._verify`` checks this; ``_minify_constraints`` counts that nothing was lost). The
 output is provider-valid: root ``type: object``, ``items`` on every array schema, every
 ``$ref`` resolvable, property names untouched. Keys other than ``description`` and
 ``inputSchema`` (``annotations``, ``outputSchema``, ``_meta`` ...) are passed through.

@@ -29,7 +29,7 @@ conversation after it. So the list changes only when something is worth it.
   they exceed their budget by the margin, then the oldest leave down to the low-water mark.
 - No tool is demoted for being idle unless ``idle_turns`` is set.
 - The session shows resident tools in the order they became resident, so a tool that
-  arrives goes at the end and the others keep their places (``ToolOps.resident_tools``).
+  arrives goes at the end and the others keep their places (``Session.resident_tools``).
 
 ``greedy`` is the planner before ``stable``, kept for hosts that want the smallest list every
 turn: pinned and active-phase tools are brought back every turn; the others are the warm
@@ -209,7 +209,7 @@ class PlanDecision:
         over_budget: pinned tools alone exceed the schema budget (stable: its ceiling).
         steady: nothing changes and every candidate fit: until a tool changes state, the
             phase or budget changes, arguments overflow their budget or ``warm_until`` passes,
-            every later turn decides nothing as well (see ``ToolOps.plan_turn``).
+            every later turn decides nothing as well (see ``Session.plan_turn``).
         warm_until: the last turn on which every tool kept only for being warm still is;
             None when no tool is kept for that alone.
     """

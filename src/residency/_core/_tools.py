@@ -61,7 +61,7 @@ class ToolSpec:
     """A registered tool definition, pinned by hash.
 
     Shared, read-only, by every session of the process that registers the same definition
-    (see ``residency._tool_cache``): never change ``definition`` or ``shown`` in place.
+    (see ``residency._runtime._tool_cache``): never change ``definition`` or ``shown`` in place.
 
     Attributes:
         name: the tool's name as the model sees it.

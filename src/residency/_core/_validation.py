@@ -323,7 +323,7 @@ def _pattern_judge(schema: Mapping[str, Any]) -> tuple[Any, str | None]:
 
 
 def _from_compiled(error: Any) -> ValidationError:
-    """A reference-style error from a compiled one (the fields ``_tool_ops`` reads)."""
+    """A reference-style error from a compiled one (the fields ``residency._runtime._tools`` reads)."""
     kind = error.kind
     name = getattr(kind, "name", "") or type(kind).__name__
     message = str(error.message)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -33,10 +32,14 @@ from pydantic import (
     field_validator,
 )
 
+from residency._core._minify import LEVELS
 from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
+from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
 
 __all__ = [
+    "MINIFY_ALIASES",
+    "MINIFY_LEVELS",
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_READY_WAIT",
     "DEFAULT_STARTUP_TIMEOUT",
@@ -45,11 +48,16 @@ __all__ = [
     "ResidencySettings",
     "Secrets",
     "StdioServer",
+    "command_revoker",
     "line_of",
     "load_config",
     "parse_config",
 ]
 
+MINIFY_LEVELS: tuple[str, ...] = ("none", *LEVELS)
+"""The config's minify levels: the core's (``LEVELS``), or ``none`` for tools as sent."""
+MINIFY_ALIASES = {"lossless": "full-text"}
+"""Older spellings of a minify level, still read (and documented as such)."""
 DEFAULT_CALL_TIMEOUT = 60.0
 """Seconds an upstream call may take before the agent is told it timed out."""
 
@@ -116,32 +124,6 @@ class SpanSettings(_Strict):
     tags: dict[str, tuple[str, ...]] = {}
 
 
-def command_revoker(command: tuple[str, ...], timeout: float) -> Callable[[str], bool]:
-    """The revocation hook as the callback a ``Session`` takes (``revoke``).
-
-    Runs ``command`` with the credential reference appended as its last argument (no shell);
-    exit status 0 means revoked. Its output is discarded (it may quote the credential). A
-    command that cannot start or outlives ``timeout`` seconds counts as a failed revocation.
-    """
-    argv = list(command)
-
-    def revoke(reference: str) -> bool:
-        try:
-            done = subprocess.run(
-                [*argv, reference],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                timeout=timeout,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return done.returncode == 0
-
-    return revoke
-
-
 class ResidencySettings(_Strict):
     """The ``residency`` section: policy for every downstream session.
 
@@ -149,9 +131,10 @@ class ResidencySettings(_Strict):
         budget: schema and argument token budgets per turn.
         pinned: tool names (as the gateway lists them) that always stay resident.
         phases: phase name -> tool names favoured while that phase is active.
-        minify: how resident tools are shown: ``full-text`` (every description kept),
-            ``compact``, ``minimal`` (every level keeps every validation constraint), or
-            ``none`` (as the upstream sent them). ``lossless`` is another name for ``full-text``.
+        minify: how resident tools are shown: one of the core's levels (``minify_tool``'s
+            ``LEVELS``: ``full-text``, every description kept; ``compact``; ``minimal``; each
+            keeps every validation constraint), or ``none`` (as the upstream sent them).
+            ``lossless``, an older spelling of ``full-text``, is still read as ``full-text``.
         store: where sessions live (``memory://``, ``sqlite:///path.db`` or ``postgresql://...``).
         chains: what a call that would complete an archived fatal chain gets: refused, or
             forwarded with a warning.
@@ -164,8 +147,8 @@ class ResidencySettings(_Strict):
         token: bearer token required by the HTTP transport (``--token`` overrides it).
         spans: offloading of large upstream results (see ``SpanSettings``).
         revoke_command: the revocation hook: a program and its arguments, run once per
-            credential reference of an archived chain with the reference appended (see
-            ``command_revoker``); empty: none.
+            credential reference of an archived chain, with the reference in place of each
+            ``{ref}`` or, when no argument holds one, appended (see ``_revoke``); empty: none.
         revoke_timeout: seconds the revocation hook may take.
         read_only / mutating: override what the tools' annotations say.
     """
@@ -173,7 +156,7 @@ class ResidencySettings(_Strict):
     budget: BudgetSettings = BudgetSettings()
     pinned: tuple[str, ...] = ()
     phases: dict[str, tuple[str, ...]] = {}
-    minify: Literal["none", "full-text", "lossless", "compact", "minimal"] = "full-text"
+    minify: Literal["none", "full-text", "compact", "minimal"] = "full-text"
     store: str = "memory://"
     chains: Literal["refuse", "warn"] = "refuse"
     call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
@@ -187,9 +170,32 @@ class ResidencySettings(_Strict):
     revoke_command: tuple[str, ...] = ()
     revoke_timeout: float = Field(default=10.0, gt=0, le=600)
 
-    def revoker(self) -> Callable[[str], bool] | None:
-        """The configured revocation hook as a ``Session`` callback, or None."""
-        return command_revoker(self.revoke_command, self.revoke_timeout) if self.revoke_command else None
+    def revoker(self, redact: Callable[[str], str] | None = None) -> Callable[[str], bool] | None:
+        """The configured revocation hook as a ``Session`` callback, or None.
+
+        Args:
+            redact: scrubs secrets from a failed run's output before it is logged; None: that
+                output is not logged.
+        """
+        if not self.revoke_command:
+            return None
+        return command_revoker(self.revoke_command, self.revoke_timeout, redact=redact)
+
+    @field_validator("revoke_command")
+    @classmethod
+    def _hook_program(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value and not value[0].strip():
+            raise ValueError("expected the program first (a non-empty string), then its arguments")
+        if value and REF_PLACEHOLDER in value[0]:
+            raise ValueError(f"the program cannot be {REF_PLACEHOLDER}: put it among the arguments")
+        if any("\0" in arg for arg in value):
+            raise ValueError("an argument holds a NUL character")
+        return value
+
+    @field_validator("minify", mode="before")
+    @classmethod
+    def _minify_alias(cls, value: object) -> object:
+        return MINIFY_ALIASES.get(value, value) if isinstance(value, str) else value
 
     @field_validator("mutating")
     @classmethod
@@ -231,11 +237,21 @@ class StdioServer(_ServerBase):
 
 
 class HTTPServer(_ServerBase):
-    """An upstream reached over streamable HTTP."""
+    """An upstream reached over streamable HTTP.
+
+    Attributes:
+        era: ``auto`` (the cheaper era for this upstream: 2026-07-28 when it answers
+            ``server/discover`` and its catalog is small, else the handshake era), ``modern``
+            (2026-07-28 whenever it is offered) or ``legacy`` (always the handshake era); see
+            ``_http_upstream``.
+        max_message_bytes: the largest SSE event accepted from it (a ``tools/list`` page is one).
+    """
 
     type: Literal["http", "streamable-http", "streamableHttp"] = "http"
     url: str = Field(pattern=r"^https?://")
     headers: dict[str, SecretStr] = {}
+    era: Literal["auto", "modern", "legacy"] = "auto"
+    max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
 
 
 class GatewayConfig(_Strict):

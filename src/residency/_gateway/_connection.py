@@ -36,6 +36,8 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from residency._errors import InvalidInput
+
 __all__ = [
     "IDENTITY_STATE",
     "SESSION_HEADER",
@@ -84,9 +86,10 @@ def _explicit_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not _KEY_OK.match(value):
-        raise ValueError(
+        raise InvalidInput(
             f"{SESSION_META_KEY} must be 1-128 characters of letters, digits and ._:@/+=- "
-            f"(got {str(value)[:40]!r})"
+            f"(got {str(value)[:40]!r})",
+            where=SESSION_META_KEY,
         )
     return value
 
@@ -119,7 +122,7 @@ def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str
     """The session key of a request (see the module docstring); None for an anonymous caller.
 
     Raises:
-        ValueError: a malformed explicit key.
+        InvalidInput: a malformed explicit key.
     """
     explicit = _explicit_key(ctx)
     if explicit is not None:

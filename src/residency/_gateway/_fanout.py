@@ -7,15 +7,24 @@ request changed what a session shows sends ``NOTIFY`` with the session's id on a
 store's schema, and every replica ``LISTEN``s on it: a replica holding that session catches up
 and announces the change to its own clients, as if the request had been its own.
 
+Archived chains travel the same channel. The store itself notifies when a chain enters an
+archive scope (in the transaction that adds it, so the notice is sent exactly when the chain
+is visible). Every replica (the archiving one too) then has each session it holds adopt the
+scope's new chains, and announces the sessions whose view that changed: a chain archived in one
+session reaches every session of the scope on every replica without waiting for their next
+request. Two replicas adopting for one session race like any two writers; the loser catches up.
+
+A notice's payload is ``s:`` and a session id, or ``a:`` and an archive scope.
+
 A notice is a hint, never the source of truth: a lost one (the listening connection dropped,
 the sender's connection failed) costs only a late ``list_changed``; the next request catches up
-from the journal anyway. The listener reconnects by itself, and after a reconnect it treats
-every held session as changed, since notices sent meanwhile are gone.
+from the journal anyway. The listener reconnects by itself (TCP keepalives notice a vanished
+server), and after a reconnect it treats every held session and every scope as changed, since
+notices sent meanwhile are gone.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
@@ -25,24 +34,32 @@ import anyio
 import anyio.abc
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
-from residency._store._postgres import PostgresStore
+from residency._store._postgres import ARCHIVE_NOTICE, SESSION_NOTICE, PostgresStore, channel_of
 from residency._store._protocol import Store
 
-__all__ = ["Fanout", "fanout_for"]
+__all__ = ["EVERY_SCOPE", "EVERY_SESSION", "Fanout", "channel_of", "fanout_for"]
 
 logger = logging.getLogger("residency.gateway")
 
 RECONNECT_SECONDS = 1.0
 """Wait between attempts to re-open the listening connection."""
 
+_CONNECTION: dict[str, Any] = {
+    "application_name": "residency-fanout",
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
 EVERY_SESSION = ""
-"""The notice given to the handler after a reconnect: any held session may have changed."""
+"""The notice given to the session handler after a reconnect: any held session may have changed."""
+EVERY_SCOPE = ""
+"""The notice given to the archive handler after a reconnect: any scope may have grown."""
 
-
-def channel_of(schema: str) -> str:
-    """The notification channel of a store schema (bounded to PostgreSQL's 63-byte names)."""
-    return "residency_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+Handler = Callable[[str], Awaitable[None]]
 
 
 class Fanout:
@@ -51,27 +68,38 @@ class Fanout:
     Args:
         conninfo: the libpq connection string of the store's database.
         schema: the store's schema (one channel per schema).
+        connect_timeout: seconds one connection attempt may take.
     """
 
-    def __init__(self, conninfo: str, schema: str) -> None:
+    def __init__(self, conninfo: str, schema: str, connect_timeout: int = 5) -> None:
         self._conninfo = conninfo
+        self._given = set(conninfo_to_dict(conninfo))  # the URL's own libpq parameters win
+        self._given.discard("connect_timeout")
+        self._connect_timeout = connect_timeout
         self.channel = channel_of(schema)
         self._sender: psycopg.AsyncConnection[Any] | None = None
         self._sending = anyio.Lock()
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(
-            self._conninfo, autocommit=True, application_name="residency-fanout", connect_timeout=10
-        )
+        extra: dict[str, Any] = {k: v for k, v in _CONNECTION.items() if k not in self._given}
+        extra["connect_timeout"] = self._connect_timeout
+        return await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, **extra)
 
     async def run(
         self,
-        on_notice: Callable[[str], Awaitable[None]],
+        on_notice: Handler,
+        on_archive: Handler | None = None,
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Listen until cancelled; ``on_notice(session_id)`` for each notice (``EVERY_SESSION``
-        after a reconnect). Started once the first ``LISTEN`` is active (or has failed)."""
+        """Listen until cancelled. Started once the first ``LISTEN`` is active (or has failed).
+
+        Args:
+            on_notice: called with the id of a session whose view changed on some replica
+                (``EVERY_SESSION`` after a reconnect).
+            on_archive: called with an archive scope that gained a chain (``EVERY_SCOPE``
+                after a reconnect); archive notices are ignored without it.
+        """
         started = False
         reconnecting = False
         while True:
@@ -84,8 +112,14 @@ class Fanout:
                     if reconnecting:
                         logger.info("cross-replica notices: listening again")
                         await _deliver(on_notice, EVERY_SESSION)
+                        if on_archive is not None:
+                            await _deliver(on_archive, EVERY_SCOPE)
                     async for notice in conn.notifies():
-                        await _deliver(on_notice, notice.payload)
+                        kind, _, name = notice.payload.partition(":")
+                        if kind == SESSION_NOTICE:
+                            await _deliver(on_notice, name)
+                        elif kind == ARCHIVE_NOTICE and on_archive is not None:
+                            await _deliver(on_archive, name)
             except psycopg.Error as exc:
                 logger.warning(
                     "cross-replica notices: listening failed (%s); retrying in %g s",
@@ -104,7 +138,9 @@ class Fanout:
             try:
                 if self._sender is None or self._sender.closed:
                     self._sender = await self._connect()
-                await self._sender.execute("SELECT pg_notify(%s, %s)", (self.channel, session_id))
+                await self._sender.execute(
+                    "SELECT pg_notify(%s, %s)", (self.channel, f"{SESSION_NOTICE}:{session_id}")
+                )
             except psycopg.Error as exc:
                 # A lost notice only delays a list_changed: the next request catches up anyway.
                 logger.warning("cross-replica notice for %s not sent (%s)", session_id, type(exc).__name__)
@@ -119,16 +155,16 @@ class Fanout:
                     await sender.close()
 
 
-async def _deliver(on_notice: Callable[[str], Awaitable[None]], session_id: str) -> None:
+async def _deliver(handler: Handler, name: str) -> None:
     """Hand one notice over; a failure is logged, never the end of listening (or the gateway)."""
     try:
-        await on_notice(session_id)
+        await handler(name)
     except Exception:
-        logger.exception("cross-replica notice for %r could not be applied", session_id)
+        logger.exception("cross-replica notice for %r could not be applied", name)
 
 
 def fanout_for(store: Store) -> Fanout | None:
     """The fanout of a store that other replicas can share (PostgreSQL), else None."""
     if isinstance(store, PostgresStore):
-        return Fanout(store._conninfo, store.schema)
+        return Fanout(store._conninfo, store.schema, store._connect_timeout)
     return None

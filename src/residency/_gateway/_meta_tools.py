@@ -1,31 +1,36 @@
 """The gateway's own tools: ``search_tools``, ``reexpand_tools``, ``check_chain``, ``archive_chain``
 and ``read_span``.
 
-Always listed, kept small, and the same on every call: a host's prompt cache is keyed on the
-tool list, so nothing that changes turn by turn goes in it. Tombstones reach the model in the
-result of the call that creates them (the gateway appends them to it) and in the
-``residency://tombstones`` resource; a call to a tombstoned tool is refused with its tombstone.
+Kept small, and the same on every call: a host's prompt cache is keyed on the tool list, so
+nothing that changes turn by turn goes in it. Which of them a session is shown is fixed by the
+gateway's config and by whether its archive scope holds a chain (``listed_meta_tools``).
+Tombstones reach the model in the result of the call that creates them (the gateway appends
+them to it) and in the ``residency://tombstones`` resource; a call to a tombstoned tool is
+refused with its tombstone.
 
-Each handler takes the session and the raw arguments and returns a ``CallToolResult``; bad
-arguments give an ``isError`` result naming the field.
+Each handler takes the session and the raw arguments and returns a ``CallToolResult``. Bad
+arguments raise ``ArgumentsInvalid`` naming the field (``path``, e.g. ``$.query``), and so does
+an argument naming something the session does not have (a span id, a tool of a topology); the
+gateway's error table turns it into the ``isError`` result the model reads (see ``_errors``).
+``reexpand_tools`` answers per name instead: the names it could not re-expand are listed in
+its result, which is an error only when none could.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import mcp_types as types
 
-from residency._core._chains import ChainArchive
 from residency._core._lifecycle import ToolState
 from residency._core._tools import JSONObject
-from residency._errors import IllegalTransition, InvalidInput, NotFound
+from residency._errors import ArgumentsInvalid, IllegalTransition, InvalidInput, NotFound
 from residency._gateway._aggregate import Catalog
 from residency._gateway._resources import MAX_RANGE, span_range
 from residency._gateway._search import catalog_index
-from residency._session import Session
+from residency._runtime import Session
 
 __all__ = [
     "ARCHIVE_CHAIN",
@@ -36,6 +41,7 @@ __all__ = [
     "SEARCH_TOOLS",
     "archive_chain",
     "check_chain",
+    "listed_meta_tools",
     "meta_tool_definitions",
     "read_span",
     "reexpand_tools",
@@ -59,12 +65,32 @@ _REEXPAND_BASE = (
 )
 
 
-def meta_tool_definitions() -> list[JSONObject]:
-    """The meta-tools as ``tools/list`` entries: the same for every session on every call.
+def listed_meta_tools(*, chains: bool, offload: bool) -> tuple[str, ...]:
+    """The meta-tools a session is shown, in listing order.
+
+    ``search_tools``, ``reexpand_tools`` and ``archive_chain`` always; ``check_chain`` once the
+    session's archive scope holds a chain (before that it could only answer "safe"), and
+    ``read_span`` when the gateway offloads large results (there is nothing to read otherwise).
+    Each is listed every turn, so each one left out saves its tokens on every request; the
+    list changes once, when the first chain is archived.
+    """
+    return tuple(
+        name for name in META_TOOLS if (name != CHECK_CHAIN or chains) and (name != READ_SPAN or offload)
+    )
+
+
+def meta_tool_definitions(names: Iterable[str] = META_TOOLS) -> list[JSONObject]:
+    """The meta-tools ``names`` as ``tools/list`` entries (every one when omitted), in listing
+    order: the same definitions for every session on every call.
 
     Tombstone lines are not in ``reexpand_tools``' description: they would change the list, and
     so the host's cached prompt, every time a tool was withheld.
     """
+    wanted = set(names)
+    return [d for d in _definitions() if d["name"] in wanted]
+
+
+def _definitions() -> list[JSONObject]:
     reexpand = _REEXPAND_BASE
     return [
         {
@@ -170,22 +196,29 @@ def _result(text: str, data: JSONObject, *, error: bool = False) -> types.CallTo
     )
 
 
-def _bad(field: str, expected: str) -> types.CallToolResult:
-    return _result(
-        f"invalid arguments at $.{field}: {expected}",
-        {"error": {"reason": "arguments_invalid", "path": f"$.{field}"}},
-        error=True,
-    )
+def _bad(tool: str, field: str, expected: str) -> ArgumentsInvalid:
+    return ArgumentsInvalid(f"invalid arguments at $.{field}: {expected}", tool=tool, path=f"$.{field}")
+
+
+def _path(where: str) -> str:
+    """The JSON path of an argument an ``InvalidInput`` names by its ``where`` (``$`` if none)."""
+    if not where:
+        return "$"
+    return where if where.startswith("$") else f"$.{where}"
 
 
 def search_tools(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
-    """Rank the session's withheld tools (tombstoned or evicted; never archived) against a query."""
+    """Rank the session's withheld tools (tombstoned or evicted; never archived) against a query.
+
+    Raises:
+        ArgumentsInvalid: a malformed query or limit.
+    """
     query = arguments.get("query")
     limit = arguments.get("limit", 5)
     if not isinstance(query, str) or not query.strip() or len(query) > 500:
-        return _bad("query", "a non-empty string of at most 500 characters")
+        raise _bad(SEARCH_TOOLS, "query", "a non-empty string of at most 500 characters")
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 50:
-        return _bad("limit", "an integer from 1 to 50")
+        raise _bad(SEARCH_TOOLS, "limit", "an integer from 1 to 50")
 
     # The catalog's shared index, filtered to this session's withheld tools: never resident or
     # archived ones, and never a tool the session does not know. The test is asked only of the
@@ -207,7 +240,11 @@ def search_tools(session: Session, catalog: Catalog, arguments: Mapping[str, Any
 
 
 def reexpand_tools(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
-    """Make tools resident again and return their full definitions in the result itself."""
+    """Make tools resident again and return their full definitions in the result itself.
+
+    Raises:
+        ArgumentsInvalid: ``names`` is not a list of 1 to ``MAX_NAMES`` names.
+    """
     names = arguments.get("names")
     if (
         not isinstance(names, list)
@@ -215,7 +252,7 @@ def reexpand_tools(session: Session, catalog: Catalog, arguments: Mapping[str, A
         or len(names) > MAX_NAMES
         or not all(isinstance(n, str) and n for n in names)
     ):
-        return _bad("names", f"a list of 1 to {MAX_NAMES} tool names")
+        raise _bad(REEXPAND_TOOLS, "names", f"a list of 1 to {MAX_NAMES} tool names")
     tools: list[JSONObject] = []
     errors: list[JSONObject] = []
     for name in dict.fromkeys(names):
@@ -240,19 +277,23 @@ def reexpand_tools(session: Session, catalog: Catalog, arguments: Mapping[str, A
 
 
 def check_chain(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
-    """The archive's verdict on a planned sequence."""
+    """The archive's verdict on a planned sequence.
+
+    Raises:
+        ArgumentsInvalid: a malformed sequence or arguments.
+    """
     sequence = arguments.get("sequence")
     steps = arguments.get("arguments")
     if not isinstance(sequence, list) or not sequence or not all(isinstance(s, str) for s in sequence):
-        return _bad("sequence", "a non-empty list of tool names")
+        raise _bad(CHECK_CHAIN, "sequence", "a non-empty list of tool names")
     if steps is not None and (
         not isinstance(steps, list) or not all(s is None or isinstance(s, dict) for s in steps)
     ):
-        return _bad("arguments", "a list with one object (or null) per step")
+        raise _bad(CHECK_CHAIN, "arguments", "a list with one object (or null) per step")
     try:
         verdict = session.check_chain(sequence, steps)
     except InvalidInput as exc:
-        return _result(str(exc), {"error": {"reason": "invalid_input", "where": exc.where}}, error=True)
+        raise ArgumentsInvalid(str(exc), tool=CHECK_CHAIN, path=_path(exc.where)) from None
     data: JSONObject = {
         "safe": verdict.safe,
         "reason": verdict.reason,
@@ -260,7 +301,7 @@ def check_chain(session: Session, catalog: Catalog, arguments: Mapping[str, Any]
         "expected_failure": verdict.expected_failure,
         "conclusive": verdict.conclusive,
         # Of every chain the verdict was checked against (the scope's, adopted or not).
-        "archive_digest": ChainArchive(session.chains()).digest(),
+        "archive_digest": session.chains_digest(),
     }
     if verdict.span is not None:
         data["span"] = list(verdict.span)
@@ -271,7 +312,12 @@ def check_chain(session: Session, catalog: Catalog, arguments: Mapping[str, Any]
 
 
 def archive_chain(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
-    """Archive an abandoned chain in the session's archive scope, with the embedded API's refusals."""
+    """Archive an abandoned chain in the session's archive scope, with the embedded API's refusals.
+
+    Raises:
+        ArgumentsInvalid: a malformed field, a topology naming an unknown tool, or a chain the
+            session refuses to archive (the path names the field); nothing is archived.
+    """
     del catalog
     topology = arguments.get("topology")
     failure = arguments.get("failure")
@@ -279,31 +325,26 @@ def archive_chain(session: Session, catalog: Catalog, arguments: Mapping[str, An
     credentials = arguments.get("credentials", [])
     deterministic = arguments.get("deterministic", True)
     if not isinstance(topology, list) or not all(isinstance(n, str) and n for n in topology):
-        return _bad("topology", "a list of at least two tool names")
+        raise _bad(ARCHIVE_CHAIN, "topology", "a list of at least two tool names")
     if not isinstance(failure, str) or not failure.strip() or len(failure) > 2000:
-        return _bad("failure", "the failure signature: a non-empty string of at most 2000 characters")
+        raise _bad(
+            ARCHIVE_CHAIN, "failure", "the failure signature: a non-empty string of at most 2000 characters"
+        )
     if not isinstance(constraint, dict):
-        return _bad("constraint", 'a constraint object ({"all": []} when the topology alone is fatal)')
+        raise _bad(
+            ARCHIVE_CHAIN, "constraint", 'a constraint object ({"all": []} when the topology alone is fatal)'
+        )
     if not isinstance(credentials, list) or not all(isinstance(c, str) for c in credentials):
-        return _bad("credentials", "a list of credential references (names, never values)")
+        raise _bad(ARCHIVE_CHAIN, "credentials", "a list of credential references (names, never values)")
     if not isinstance(deterministic, bool):
-        return _bad("deterministic", "true or false")
+        raise _bad(ARCHIVE_CHAIN, "deterministic", "true or false")
     before = set(session.tools(ToolState.ARCHIVED))
     try:
         record = session.archive_chain(topology, failure, constraint, credentials, deterministic)
     except InvalidInput as exc:
-        where = exc.where or "arguments"
-        return _result(
-            f"not archived: {exc}",
-            {"error": {"reason": "invalid_input", "where": where, "path": f"$.{where}"}},
-            error=True,
-        )
+        raise ArgumentsInvalid(f"not archived: {exc}", tool=ARCHIVE_CHAIN, path=_path(exc.where)) from None
     except NotFound as exc:
-        return _result(
-            f"not archived: {exc}",
-            {"error": {"reason": "not_found", "where": "topology", "path": "$.topology"}},
-            error=True,
-        )
+        raise ArgumentsInvalid(f"not archived: {exc}", tool=ARCHIVE_CHAIN, path="$.topology") from None
     retired = [n for n in session.tools(ToolState.ARCHIVED) if n not in before]
     data: JSONObject = {
         "digest": record.digest,
@@ -318,24 +359,29 @@ def archive_chain(session: Session, catalog: Catalog, arguments: Mapping[str, An
 
 
 def read_span(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
-    """A byte range of an offloaded result (or any stored span), as text."""
+    """A byte range of an offloaded result (or any stored span), as text.
+
+    Raises:
+        ArgumentsInvalid: a malformed id, offset or length, or an id the session does not have.
+    """
     del catalog
     span_id = arguments.get("id")
     offset = arguments.get("offset", 0)
     length = arguments.get("length", MAX_RANGE)
     if not isinstance(span_id, str) or not span_id:
-        return _bad("id", "a span id, e.g. the one an offloaded result names")
+        raise _bad(READ_SPAN, "id", "a span id, e.g. the one an offloaded result names")
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        return _bad("offset", "a whole number of bytes, 0 or more")
+        raise _bad(READ_SPAN, "offset", "a whole number of bytes, 0 or more")
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        return _bad("length", f"a whole number of bytes, 1 or more (at most {MAX_RANGE} are returned)")
+        raise _bad(
+            READ_SPAN, "length", f"a whole number of bytes, 1 or more (at most {MAX_RANGE} are returned)"
+        )
     try:
         data = span_range(session, span_id, offset, length)
     except InvalidInput as exc:
-        where = exc.where or "arguments"
-        return _result(str(exc), {"error": {"reason": "invalid_input", "path": f"$.{where}"}}, error=True)
+        raise ArgumentsInvalid(str(exc), tool=READ_SPAN, path=_path(exc.where)) from None
     except NotFound as exc:
-        return _result(str(exc), {"error": {"reason": "not_found", "path": "$.id"}}, error=True)
+        raise ArgumentsInvalid(str(exc), tool=READ_SPAN, path="$.id") from None
     text = str(data["text"])
     if not data["done"]:
         where = f"bytes {data['offset']}-{data['next_offset']} of {data['bytes']}"

@@ -28,7 +28,7 @@ from residency._errors import InvalidInput, NotFound, StoreError
 from residency._gateway._aggregate import Catalog
 from residency._gateway._config import Secrets, SpanSettings
 from residency._gateway._upstream import Upstream
-from residency._session import Session
+from residency._runtime import Session
 from residency._tokens import count_tokens
 
 __all__ = [
@@ -278,9 +278,12 @@ def offload_result(
     if len(text) <= limit:  # a token is at least one character: cannot be over
         return result
     try:
-        if count_tokens(text) <= limit:
+        tokens = count_tokens(text)  # once: the span records this count (about 10 ms at 1 MB)
+        if tokens <= limit:
             return result
-        record = session.offload_span(text, tags=settings.tags.get(tool, ()), source=f"tool:{tool}")
+        record = session.offload_span(
+            text, tags=settings.tags.get(tool, ()), source=f"tool:{tool}", tokens=tokens
+        )
     except (StoreError, InvalidInput) as exc:  # a full or failing store; tags the core refuses
         logger.warning("%s: a large result could not be offloaded (%s); passed whole", tool, exc)
         return result

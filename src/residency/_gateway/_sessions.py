@@ -43,7 +43,8 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Ser
 from residency._core._tools import JSONObject
 from residency._errors import SessionLimitReached
 from residency._gateway._aggregate import Catalog
-from residency._session import Session
+from residency._gateway._meta_tools import CHECK_CHAIN
+from residency._runtime import Session
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
 
@@ -190,9 +191,16 @@ class GatewaySession:
         if known is not None and known[0] == s.revision and known[1] is catalog:
             return known[2]
         resident = tuple(n for n in s.resident_tools() if n in catalog)
-        view = resident, tuple(s.tombstones())
+        # check_chain is listed once the scope holds a chain: a change of the list too (the other
+        # meta-tools are the same all session long).
+        listed = (*resident, CHECK_CHAIN) if self.has_chains() else resident
+        view = listed, tuple(s.tombstones())
         self._view = (s.revision, catalog, view)
         return view
+
+    def has_chains(self) -> bool:
+        """Whether the session's archive scope holds a chain (``check_chain`` is listed then)."""
+        return bool(self.session.chains())
 
     def resident_definitions(self, catalog: Catalog) -> list[tuple[str, str, JSONObject]]:
         """``(name, hash, shown)`` of the resident tools still offered upstream (shown: minified)."""

@@ -45,7 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from residency._gateway._config import Secrets
-from residency._gateway._meta_tools import meta_tool_definitions
+from residency._gateway._meta_tools import META_TOOLS, meta_tool_definitions
 from residency._tokens import count_tokens
 
 __all__ = ["CALL_BUCKETS", "Telemetry", "meta_tool_tokens"]
@@ -61,10 +61,10 @@ call timeout)."""
 
 
 @functools.cache
-def meta_tool_tokens() -> int:
-    """Tokens of the meta-tools as listed (the same for every session), counted tool by tool
-    like ``ToolSpec.tokens``, once per process."""
-    return sum(count_tokens(d) for d in meta_tool_definitions())
+def meta_tool_tokens(names: tuple[str, ...] = META_TOOLS) -> int:
+    """Tokens of the meta-tools ``names`` as listed (every one when omitted), counted tool by
+    tool like ``ToolSpec.tokens``, once per process and set of names."""
+    return sum(count_tokens(d) for d in meta_tool_definitions(names))
 
 
 class Telemetry:

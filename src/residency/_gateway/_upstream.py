@@ -23,8 +23,9 @@ or too long drops the connection, and the next call starts it again; stderr rela
 ``redact``). A call that times out is followed by a ping; an upstream that does not answer it
 is dropped and started again on the next call.
 
-stdio and HTTP upstreams are spoken to in the handshake era. An in-process upstream is spoken
-to in the 2026-07-28 era when it can tell of tool changes there (it serves
+stdio upstreams are spoken to in the handshake era; HTTP upstreams in the era that is cheaper
+for them and loses none of their change notices (``_http_upstream``). An in-process
+upstream is spoken to in the 2026-07-28 era when it can tell of tool changes there (it serves
 ``subscriptions/listen``: the gateway listens for ``ToolsListChanged``) or has none to tell
 (``tools.listChanged`` not advertised): that path skips JSON-RPC framing and costs about half
 a handshake-era call. One that advertises ``tools.listChanged`` but serves no listen stream is
@@ -49,7 +50,9 @@ from mcp.server.lowlevel import Server
 from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from residency._core._tools import JSONObject
+from residency._errors import UpstreamFailure
 from residency._gateway._config import HTTPServer, StdioServer
+from residency._gateway._http_upstream import open_http_client, oversize_message
 from residency._gateway._stdio_upstream import stdio_transport
 
 __all__ = ["ToolsChanged", "Upstream", "UpstreamFailure"]
@@ -65,19 +68,6 @@ FOLLOW_GAP = 0.25
 """Seconds between two background relists that follow announcements (calls do not wait for it)."""
 
 OnToolsChanged = Callable[["Upstream"], Coroutine[Any, Any, None]]
-
-
-class UpstreamFailure(Exception):
-    """An upstream failed, timed out or could not be reached; the call may or may not have run.
-
-    Internal to the gateway: the error table turns it into an ``isError`` result naming the
-    upstream, and the gateway keeps serving.
-    """
-
-    def __init__(self, message: str, *, server: str, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.server = server
-        self.timed_out = timed_out
 
 
 class ToolsChanged(UpstreamFailure):
@@ -204,15 +194,7 @@ class Upstream:
             transport = stdio_transport(params, on_lost=lost, redact=self._redact, errlog=errlog)
             return await stack.enter_async_context(Client(transport, mode="legacy", message_handler=handler))
         if isinstance(target, HTTPServer):
-            import httpx2
-            from mcp.client.streamable_http import streamable_http_client
-
-            headers = {k: v.get_secret_value() for k, v in target.headers.items()}
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(self.timeout, read=None))
-            )
-            transport = streamable_http_client(target.url, http_client=http)
-            return await stack.enter_async_context(Client(transport, mode="legacy", message_handler=handler))
+            return await open_http_client(stack, target, timeout=self.timeout, message_handler=handler)
         mode = "auto" if in_process_era(target) == "modern" else "legacy"
         # No response cache: a re-list after a change must reach the upstream.
         return await stack.enter_async_context(Client(target, mode=mode, cache=None, message_handler=handler))
@@ -299,7 +281,7 @@ class Upstream:
             self.stale = False
             self._begun += 1
             number = self._begun
-            self._listed(await _list_all(client), number)
+            self._listed(await _list_all(client, self.name), number)
             mine.append(client)
             self._client = client
             self.last_error = ""
@@ -399,7 +381,7 @@ class Upstream:
         listed = False
         try:
             with anyio.fail_after(self.timeout):
-                tools = await _list_all(client)
+                tools = await _list_all(client, self.name)
             listed = True
         except TimeoutError:
             await self._drop(client)  # a listing it cannot answer in time: wedged, start it again
@@ -529,16 +511,27 @@ def _tools_change(capabilities: types.ServerCapabilities | None) -> bool:
     return bool(tools is not None and tools.list_changed)
 
 
-async def _list_all(client: Client) -> list[JSONObject]:
+MAX_PAGES = 10_000
+"""Pages of one ``tools/list`` followed before the listing counts as failed (never cut short)."""
+
+
+async def _list_all(client: Client, name: str) -> list[JSONObject]:
+    """Every page of ``tools/list``; a list that does not end is an error, not a shorter list."""
     tools: list[JSONObject] = []
     cursor: str | None = None
-    for _ in range(1000):
+    seen: set[str] = set()
+    for _ in range(MAX_PAGES):
         page = await client.list_tools(cursor=cursor)
         tools.extend(t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in page.tools)
         cursor = page.next_cursor
         if cursor is None:
-            break
-    return tools
+            return tools
+        if cursor in seen:
+            raise UpstreamFailure(
+                f"upstream {name!r} sent the tools/list cursor {cursor[:80]!r} twice", server=name
+            )
+        seen.add(cursor)
+    raise UpstreamFailure(f"upstream {name!r} sent more than {MAX_PAGES} pages of tools/list", server=name)
 
 
 def _describe(exc: BaseException) -> str:
@@ -546,4 +539,7 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         return _describe(exc.exceptions[0])
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    oversize = oversize_message(text)
+    if oversize is not None:
+        return oversize
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -17,6 +17,7 @@ from residency._search._index import (
     shared_index,
 )
 from residency._search._semantic import (
+    CACHE_ENV,
     RANKER_ENV,
     Embedder,
     EmbeddingCache,
@@ -26,6 +27,7 @@ from residency._search._semantic import (
 from residency._search._text import document_terms, embedding_texts, query_terms, summary_line, tokenize
 
 __all__ = (
+    "CACHE_ENV",
     "RANKER_ENV",
     "Among",
     "Embedder",

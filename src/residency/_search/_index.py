@@ -15,10 +15,13 @@ Theory of operation:
   their tools' states, and a query costs what it reads, not a pass over every name.
 - With a semantic ranker (:mod:`residency._search._semantic`), each tool also has a vector
   (cached per definition hash), and the two rankings are fused: each score scaled to [0, 1]
-  over the catalog, the semantic one weighted twice (on the labelled query set this
-  beat reciprocal rank fusion and either ranking alone). Vectors are
-  computed on first use, in a background thread by default (BM25 alone answers until they are
-  ready) or at once with :meth:`ToolIndex.embed`.
+  over the catalog, the semantic one weighted twice. On the tune half of the labelled query
+  set this beat reciprocal rank fusion (k from 5 to 60), z-scores, other weights and either
+  ranking alone, and nothing tried there did better on the held-out half by more than the
+  noise (``benchmarks/queries/README.md``). Vectors are computed on first use, in a
+  background thread by default (BM25 alone answers until they are ready) or at once with
+  :meth:`ToolIndex.embed`, and kept on disk too where ``RESIDENCY_SEARCH_CACHE`` names a
+  directory.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from residency._core._tools import definition_hash
 from residency._search._semantic import Embedder, Vectors, default_embedder, embedding_cache
-from residency._search._text import document_terms, embedding_texts, query_terms, summary_line
+from residency._search._text import document_terms, embedding_texts, query_terms, summary_line, tokenize
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,6 +66,7 @@ _log = logging.getLogger("residency.search")
 
 _K1 = 1.2
 _B = 0.75
+_NAMED_TERMS = 16  # query terms looked at for tool names (runs of them: quadratic)
 _SEMANTIC_WEIGHT = 2.0  # the semantic ranking's weight in the fusion (BM25's is 1)
 _EMBED_CHUNK = 64
 _SHARED = 4  # indexes kept by shared_index (the current catalog and a few before it)
@@ -155,6 +159,12 @@ class ToolIndex:
         self._embedder: Embedder | None = None if embedder == "default" else embedder
         self._resolved = embedder != "default"
         self._summaries: dict[int, str] = {}
+        # Tool names by their terms, for queries that name a tool (see ``_named``).
+        self._by_name: dict[tuple[str, ...], list[int]] = {}
+        for i, t in enumerate(self.tools):
+            key = tuple(tokenize(t.name))
+            if key:
+                self._by_name.setdefault(key, []).append(i)
         corpus = [_terms(t) or [""] for t in self.tools]
         self._bm25 = bm25s.BM25(k1=_K1, b=_B, method="lucene")
         if corpus:
@@ -199,12 +209,15 @@ class ToolIndex:
                 return embedding_texts(by_key[key].definition, by_key[key].server)
 
             cache = embedding_cache()
-            # In chunks, so that a background run stops between two when the process exits.
-            for start in range(0, len(keys), _EMBED_CHUNK):
-                if _stopping.is_set():
-                    return
-                cache.vectors(embedder, keys[start : start + _EMBED_CHUNK], texts)
-            self._vectors = cache.vectors(embedder, keys, texts)
+            try:
+                # In chunks, so that a background run stops between two when the process exits.
+                for start in range(0, len(keys), _EMBED_CHUNK):
+                    if _stopping.is_set():
+                        return
+                    cache.vectors(embedder, keys[start : start + _EMBED_CHUNK], texts)
+                self._vectors = cache.vectors(embedder, keys, texts)
+            finally:
+                cache.flush()  # to disk, where the cache has a directory (what was done is kept)
 
     def _embed_quietly(self) -> None:
         try:
@@ -316,19 +329,51 @@ class ToolIndex:
             self.embed()
         keep = self._keep(among)
         lexical = self._bm25_scores(query)
+        named = self._named(query)
         if mode == "bm25":
-            return [] if lexical is None else self._walk(lexical, keep, limit, matched=True)
+            if lexical is None:
+                return []
+            return self._walk(self._boost(lexical, named), keep, limit, matched=True)
         assert self._vectors is not None
         # einsum: a plain loop over the rows, faster here than a threaded BLAS call for one vector
         sims = np.einsum("ij,j->i", self._vectors, self._query_vector(query))
         if mode == "semantic" or lexical is None:
-            return self._walk(sims, keep, limit, matched=False)
+            return self._walk(self._boost(sims, named), keep, limit, matched=False)
         # Each ranking scaled to [0, 1] over the whole catalog, then weighted: the two disagree
         # in scale (BM25 is unbounded, cosine is not), and the model reads paraphrases better.
         # The catalog, not the eligible tools, sets the scale, so a session's filter only
         # removes tools from the ranking and never reorders the rest.
         fused = _unit(lexical) + _SEMANTIC_WEIGHT * _unit(sims)
-        return self._walk(fused, keep, limit, matched=False)
+        return self._walk(self._boost(fused, named), keep, limit, matched=False)
+
+    def _named(self, query: str) -> dict[int, int]:
+        """Tools the query names: position -> the number of name terms it spells out.
+
+        A tool is named when its name's terms (``search_papers``: ``search``, ``paper``) appear
+        in the query in order and side by side, and there are two or more of them; a one-word
+        name (``fetch``) only when it is the whole query, since such words also just describe
+        tasks. A caller that knows the tool it wants (a model coming back for a tool it has seen)
+        then finds it first, whatever the descriptions say. On the labelled task queries this
+        changes one rank. Costs one lookup per run of query terms, not a pass over the catalog.
+        """
+        terms = tuple(tokenize(query))[:_NAMED_TERMS]
+        found: dict[int, int] = {}
+        for start in range(len(terms)):
+            for end in range(start + 2 if len(terms) > 1 else start + 1, len(terms) + 1):
+                for i in self._by_name.get(terms[start:end], ()):
+                    found[i] = max(found.get(i, 0), end - start)
+        return found
+
+    @staticmethod
+    def _boost(scores: npt.NDArray[Any], named: Mapping[int, int]) -> npt.NDArray[Any]:
+        """``scores`` with the named tools above every other, longer names first."""
+        if not named:
+            return scores
+        boosted = scores.astype("float64")
+        top = float(boosted.max()) - min(0.0, float(boosted.min()))
+        for i, length in named.items():
+            boosted[i] = max(float(boosted[i]), 0.0) + top + length
+        return boosted
 
     def search(
         self,

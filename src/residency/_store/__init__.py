@@ -43,10 +43,11 @@ def open_store(url: str, *, create: bool = True) -> Store:
                 f"pip install 'residency[postgres]'"
             ) from None
         return PostgresStore(url, create=create)
-    if url in ("memory:", "memory://") or url.startswith("sqlite:///"):
-        from residency._store._sqlite import open_store as open_sqlite
+    from residency._store._sqlite import open_sqlite
 
-        return open_sqlite(url)
+    store = open_sqlite(url)
+    if store is not None:
+        return store
     raise ConfigError(
         f"unknown store URL {redact_url(url)!r}: use 'memory:', 'sqlite:///path/to/file.db' (four slashes "
         f"for an absolute path) or 'postgresql://user@host/database'",

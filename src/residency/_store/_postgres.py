@@ -8,6 +8,10 @@ version, is refused with a ``StoreError`` before anything is written to it. Pick
 with the ``schema`` argument or a ``?schema=NAME`` query parameter in the URL (several stores,
 e.g. tests, can share one database that way).
 
+Adding a chain to an archive scope also sends ``NOTIFY`` on the schema's channel
+(``channel_of``), in the transaction that adds it: gateway replicas listening there have their
+sessions of the scope adopt the chain (see ``residency._gateway._fanout``).
+
 Appends and conflicts
 ---------------------
 An append is one statement (one round trip, its own transaction): it reads the session's last
@@ -27,11 +31,23 @@ replica could act on a relaxed entry that a server crash then takes back, and it
 ahead of the journal. SQLite's relaxed commit has no such reader, so it stays an SQLite
 optimisation.
 
+When PostgreSQL is away
+-----------------------
 A lost connection is told apart from a refusal: reads, ``put_content`` and ``save_checkpoint``
 are retried once on a fresh connection (they are idempotent). An append that loses its
 connection may or may not have committed: with ``after`` the store looks (our entries are
 there: done; the journal still ends at ``after``: append again; anything else:
-``StoreConflict``); without ``after`` it raises ``StoreError`` and the caller must reload.
+``StoreConflict``); without ``after`` it raises ``StoreUnavailable`` saying so, and the caller
+must reload (a ``Session``'s next catch-up applies the entries if they were committed).
+
+Every wait is bounded: one connection attempt by ``connect_timeout`` (default 5 s), and a
+statement's wait for a pooled connection by ``timeout`` (URL ``pool_timeout``, default 10 s).
+A server that is down, restarting or unreachable, or that dropped our connections
+(``pg_terminate_backend``), gives ``StoreUnavailable``, a ``StoreError`` that names the store
+and changes nothing. There is nothing to restart when it returns: the pool replaces dead
+connections, retrying in the background with a growing delay for up to ``timeout`` seconds and
+again at the next statement after that, so the first statements after the server's return
+succeed.
 
 The URL's password (in the user part or a ``password`` parameter) never appears in an error,
 a log line or ``repr``: the store names itself by its redacted URL. Prefer ``PGPASSWORD`` or a
@@ -40,7 +56,9 @@ a log line or ``repr``: the store names itself by its redacted URL. Prefer ``PGP
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -58,6 +76,7 @@ from residency._errors import (
     InvalidInput,
     StoreConflict,
     StoreError,
+    StoreUnavailable,
 )
 from residency._store import redact_url
 from residency._store._postgres_schema import SCHEMA_VERSION, migrate
@@ -70,12 +89,33 @@ from residency._store._protocol import (
     verified_content,
 )
 
-__all__ = ["DEFAULT_SCHEMA", "SCHEMA_VERSION", "PostgresStore"]
+__all__ = [
+    "ARCHIVE_NOTICE",
+    "DEFAULT_CONNECT_TIMEOUT",
+    "DEFAULT_POOL_SIZE",
+    "DEFAULT_SCHEMA",
+    "DEFAULT_TIMEOUT",
+    "SCHEMA_VERSION",
+    "SESSION_NOTICE",
+    "PostgresStore",
+    "channel_of",
+]
 
 DEFAULT_SCHEMA = "residency"
 """The PostgreSQL schema a store uses when neither the URL nor the caller names one."""
+DEFAULT_POOL_SIZE = 4
+"""Connections a store opens at most (URL parameter ``pool_size``)."""
+DEFAULT_TIMEOUT = 10.0
+"""Seconds a statement waits for a pooled connection (URL parameter ``pool_timeout``)."""
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds one connection attempt may take (libpq's ``connect_timeout``)."""
 _SCHEMES = ("postgresql://", "postgres://")
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
+SESSION_NOTICE = "s"
+"""Payload prefix of a notice that a session's view changed (``s:SESSION_ID``)."""
+ARCHIVE_NOTICE = "a"
+"""Payload prefix of a notice that an archive scope gained a chain (``a:SCOPE``)."""
+_OWN_PARAMETERS = ("schema", "pool_size", "pool_timeout")  # read by the store, not passed to libpq
 _RACES = 8  # appends without ``after`` that lose a race retry this often before giving up
 _PART = 64 << 20  # checkpoint part size, as in SQLite (one bytea value may not exceed 1 GB)
 
@@ -102,8 +142,11 @@ T = TypeVar("T")
 # -- URLs ----------------------------------------------------------------------------------------
 
 
-def _split(url: str, schema: str | None) -> tuple[str, str, str, tuple[str, ...], dict[str, Any]]:
-    """(libpq URL without ``schema``, schema, redacted URL, secrets to scrub, libpq parameters)."""
+def _split(
+    url: str, schema: str | None
+) -> tuple[str, str, str, tuple[str, ...], dict[str, Any], dict[str, str]]:
+    """(libpq URL without our own parameters, schema, redacted URL, secrets to scrub, libpq
+    parameters, our own parameters: ``schema``, ``pool_size``, ``pool_timeout``)."""
     shown = redact_url(url)
     try:
         urlsplit(url).port  # noqa: B018 (raises ValueError for a port that is not a number)
@@ -113,11 +156,11 @@ def _split(url: str, schema: str | None) -> tuple[str, str, str, tuple[str, ...]
     # (it takes "+" literally, for one).
     base, _, query = url.partition("?")
     items = [item for item in query.split("&") if item]
-    named = [unquote(i.partition("=")[2]) for i in items if i.partition("=")[0] == "schema"]
-    kept = [i for i in items if i.partition("=")[0] != "schema"]
+    ours = {k: unquote(v) for k, _, v in (i.partition("=") for i in items) if k in _OWN_PARAMETERS}
+    kept = [i for i in items if i.partition("=")[0] not in _OWN_PARAMETERS]
     rest = f"{base}?{'&'.join(kept)}" if kept else base
     if schema is None:
-        schema = named[-1] if named else DEFAULT_SCHEMA
+        schema = ours.get("schema", DEFAULT_SCHEMA)
     try:
         params = conninfo_to_dict(rest)
     except psycopg.Error as exc:
@@ -131,7 +174,33 @@ def _split(url: str, schema: str | None) -> tuple[str, str, str, tuple[str, ...]
             f"(lowercase letters, digits and '_', not starting with a digit)",
             where="schema",
         )
-    return rest, schema, shown, secrets, params
+    return rest, schema, shown, secrets, params, ours
+
+
+def channel_of(schema: str) -> str:
+    """The ``LISTEN/NOTIFY`` channel of a store schema (bounded to PostgreSQL's 63-byte names)."""
+    return "residency_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+
+
+def _setting(
+    given: float | None, in_url: str | None, default: float, name: str, kind: type[int] | type[float]
+) -> Any:
+    """A pool setting: the keyword argument, else the URL's parameter, else the default."""
+    value: Any = given if given is not None else in_url if in_url not in (None, "") else default
+    if isinstance(value, str):
+        try:
+            value = kind(value)
+        except ValueError:
+            value = None
+    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value > 0
+    if kind is int and not isinstance(value, int):
+        ok = False
+    if not ok:
+        what = "a positive integer" if kind is int else "a positive number of seconds"
+        raise ConfigError(
+            f"{name} must be {what}, not {given if given is not None else in_url!r}", where=name
+        )
+    return kind(value)
 
 
 def _scrub(text: str, secrets: Sequence[str]) -> str:
@@ -154,15 +223,21 @@ class PostgresStore:
             ``?schema=NAME`` and any libpq parameter (``sslmode``, ``connect_timeout``, ...).
         schema: the PostgreSQL schema holding the store's tables (default: the URL's
             ``schema`` parameter, else ``residency``); created if missing.
-        pool_size: the most connections the store opens at once (one per concurrent call).
-        timeout: seconds to wait for a connection (to connect, or for a free one in the pool).
+        pool_size: the most connections the store opens at once (one per concurrent
+            statement; default: the URL's ``pool_size`` parameter, else 4).
+        timeout: seconds a statement waits for a connection from the pool (a free one, or a
+            new one while the server is away) before ``StoreUnavailable`` (default: the URL's
+            ``pool_timeout`` parameter, else 10).
+        connect_timeout: seconds one connection attempt may take (default: the URL's
+            ``connect_timeout`` parameter, else 5).
         create: create (or upgrade) the schema if needed; False opens only a current store
             and changes nothing (``residency inspect``).
 
     Raises:
-        ConfigError: a malformed URL or schema name.
-        StoreError: the database cannot be reached, or the schema belongs to another
-            application, was written by a newer residency, or is broken.
+        ConfigError: a malformed URL, schema name, pool size or timeout.
+        StoreUnavailable: the database server cannot be reached.
+        StoreError: the schema belongs to another application, was written by a newer
+            residency, or is broken.
 
     One store may be shared by many sessions and threads, and many processes (replicas) may
     open the same database and schema.
@@ -173,21 +248,23 @@ class PostgresStore:
         url: str,
         *,
         schema: str | None = None,
-        pool_size: int = 4,
-        timeout: float = 10.0,
+        pool_size: int | None = None,
+        timeout: float | None = None,
+        connect_timeout: float | None = None,
         create: bool = True,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(_SCHEMES):
             raise ConfigError("a PostgreSQL store URL starts with 'postgresql://'", where="store")
-        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
-            raise ConfigError(f"pool_size must be a positive integer, not {pool_size!r}", where="pool_size")
-        if not timeout > 0:
-            raise ConfigError(f"timeout must be positive, not {timeout!r}", where="timeout")
-        self._conninfo, self._schema, self._url, self._secrets, params = _split(url, schema)
-        self._timeout = float(timeout)
+        self._conninfo, self._schema, self._url, self._secrets, params, ours = _split(url, schema)
+        size = _setting(pool_size, ours.get("pool_size"), DEFAULT_POOL_SIZE, "pool_size", int)
+        self._timeout = _setting(timeout, ours.get("pool_timeout"), DEFAULT_TIMEOUT, "pool_timeout", float)
+        connect = _setting(
+            connect_timeout, params.get("connect_timeout"), DEFAULT_CONNECT_TIMEOUT, "connect_timeout", float
+        )
+        # libpq counts whole seconds (and takes 1 as 2): round up, never below 2.
+        self._connect_timeout = max(2, math.ceil(connect))
         # Keyword arguments override the URL's parameters: only fill in what it leaves out.
-        connect_timeout = int(params.get("connect_timeout") or max(1, round(self._timeout)))
-        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": connect_timeout}
+        kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": self._connect_timeout}
         if "application_name" not in params:
             kwargs["application_name"] = "residency"
         s = sql.Identifier(self._schema)
@@ -213,6 +290,7 @@ class PostgresStore:
                 "lock_scope": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                 "archive_chain": "INSERT INTO {s}.chain_archive (scope, digest, record) VALUES (%s, %s, %s) "
                 "ON CONFLICT DO NOTHING RETURNING pos",
+                "notify": "SELECT pg_notify(%s, %s)",
                 "archived_chains": "SELECT pos, record FROM {s}.chain_archive WHERE scope = %s AND pos > %s "
                 "ORDER BY pos",
             }.items()
@@ -224,10 +302,14 @@ class PostgresStore:
                 self._conninfo,
                 kwargs=kwargs,
                 min_size=1,
-                max_size=pool_size,
+                max_size=size,
                 open=False,
                 name=f"residency-{self._schema}",
                 timeout=self._timeout,
+                # While the server is away the pool retries in the background with a growing
+                # delay; it gives up after this long and tries again at the next statement, so
+                # a server that returns is found within a few seconds, not minutes.
+                reconnect_timeout=self._timeout,
             )
             try:
                 pool.open(wait=True, timeout=self._timeout)
@@ -250,10 +332,24 @@ class PostgresStore:
 
     def _fail(self, what: str, exc: BaseException) -> StoreError:
         if isinstance(exc, PoolTimeout):
-            detail = f"no database connection within {self._timeout:g} s (is PostgreSQL running?)"
+            detail = f"no database connection within {self._timeout:g} s"
         else:
-            detail = str(exc).strip() or type(exc).__name__
+            detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, PoolTimeout | psycopg.OperationalError):
+            # The server is away (down, restarting, unreachable, or it dropped our connections):
+            # nothing about the data is wrong, and the pool reconnects by itself.
+            return self._unavailable(f"{what} failed, nothing was changed: {detail}")
         return StoreError(_scrub(f"{self._url}: {what} failed: {detail}", self._secrets))
+
+    def _unavailable(self, detail: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            _scrub(
+                f"store {self._url} is unavailable (PostgreSQL cannot be reached): {detail}. "
+                f"Retry when the server is back; the store reconnects by itself",
+                self._secrets,
+            ),
+            store=self._url,
+        )
 
     @contextmanager
     def _translate(self, what: str) -> Iterator[None]:
@@ -355,13 +451,10 @@ class PostgresStore:
                 with self._translate("append"):
                     pool.check()
                 if after is None or settling:
-                    raise StoreError(
-                        _scrub(
-                            f"{self._url}: the connection was lost during an append to session "
-                            f"{session_id!r}, which may or may not have been committed; reopen the "
-                            f"session ({str(exc).strip()})",
-                            self._secrets,
-                        )
+                    raise self._unavailable(
+                        f"the connection was lost during an append to session {session_id!r}, "
+                        f"which may or may not have been committed; reload the session "
+                        f"({str(exc).strip() or type(exc).__name__})"
                     ) from None
                 return self._settle(session_id, ops, data, ats, after)
             except (psycopg.Error, PoolTimeout) as exc:
@@ -508,7 +601,10 @@ class PostgresStore:
         def add(conn: psycopg.Connection[Any]) -> bool:
             with conn.transaction():
                 conn.execute(self._sql["lock_scope"], (lock,))
-                return conn.execute(self._sql["archive_chain"], (scope, digest, text)).fetchone() is not None
+                added = conn.execute(self._sql["archive_chain"], (scope, digest, text)).fetchone() is not None
+                if added:  # sent at commit: every replica's sessions of the scope adopt it
+                    conn.execute(self._sql["notify"], (channel_of(self._schema), f"{ARCHIVE_NOTICE}:{scope}"))
+                return added
 
         return self._on("archive a chain", add)
 

@@ -1,6 +1,6 @@
 """The PostgreSQL store's tables: created, migrated and recognised here.
 
-Layout (schema version 1), in one PostgreSQL schema of the store's own::
+Layout (schema version 3), in one PostgreSQL schema of the store's own::
 
     residency_version(version PRIMARY KEY, application, applied_at)  one row per applied migration
     sessions(session_id PRIMARY KEY)                 one row per session with a journal
@@ -8,6 +8,7 @@ Layout (schema version 1), in one PostgreSQL schema of the store's own::
     content(key PRIMARY KEY, bytes)                  key = "sha256:" + hex digest of bytes
     checkpoints(session_id, part, seq, bytes)        primary key (session_id, part)
     chain_archive(pos, scope, digest, record)        (version 2) archive scopes; unique (scope, digest)
+                                                     (version 3) index (scope, pos)
 
 ``migrate`` runs in one transaction under an advisory lock named after the schema, so that
 replicas starting together create or upgrade it once. A new version adds its statements to
@@ -26,7 +27,7 @@ from residency._errors import StoreError
 
 __all__ = ["APPLICATION", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The newest layout this module writes and reads."""
 APPLICATION = "residency"
 """What ``residency_version.application`` says in a schema of ours."""
@@ -52,6 +53,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         'CREATE TABLE {s}.chain_archive (pos bigserial PRIMARY KEY, scope text COLLATE "C" NOT NULL, '
         'digest text COLLATE "C" NOT NULL, record text NOT NULL, UNIQUE (scope, digest))',
     ),
+    # A scope read resumes after the last position it saw (scope = %s AND pos > %s ORDER BY pos).
+    3: ("CREATE INDEX IF NOT EXISTS chain_archive_scope_pos ON {s}.chain_archive (scope, pos)",),
 }
 
 

@@ -7,6 +7,8 @@ Layout (schema version 2)::
     journal(id, session_id, seq, op, data JSON, at)  unique (session_id, seq)
     content(key PRIMARY KEY, bytes)                  key = "sha256:" + hex digest of bytes
     checkpoints(session_id, part, seq, bytes)        primary key (session_id, part)
+    chain_archive(pos, scope, digest, record)        archive scopes, created on first use;
+                                                     unique (scope, digest), index (scope, pos)
 
 A session's checkpoint is one blob, split into parts of at most 64 MiB (SQLite refuses a
 single value over 1 GB). Saving one replaces all its parts in one transaction, so a crash
@@ -17,7 +19,8 @@ The file also carries ``PRAGMA application_id`` and ``user_version``, so ``file(
 SQLite tools can tell it apart, and a file of another application (or a newer schema) is
 refused with a ``StoreError`` before anything is written to it. A new store is built under a
 temporary name and linked into place whole, so an empty (0-byte) file at the store's path is
-never one residency is creating: it is what truncation leaves, and it is refused too.
+never one residency is creating: it is what truncation leaves, and it is refused too. How a file
+is recognised, created and opened at its schema is ``_sqlite_file``'s.
 
 Durability
 ----------
@@ -48,10 +51,8 @@ sqlite3 traceback.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -70,37 +71,19 @@ from residency._store._protocol import (
     entries_from_rows,
     verified_content,
 )
-
-__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "open_store"]
-
-APPLICATION_ID = 0x52534459
-"""``PRAGMA application_id`` of a residency store (ASCII "RSDY")."""
-SCHEMA_VERSION = 2
-"""The layout this module writes and reads (version 1 files are upgraded on open)."""
-
-_MAGIC = b"SQLite format 3\x00"
-_CHECKPOINTS = (
-    "CREATE TABLE checkpoints (session_id TEXT NOT NULL, part INTEGER NOT NULL, seq INTEGER NOT NULL, "
-    "bytes BLOB NOT NULL, PRIMARY KEY (session_id, part))"
+from residency._store._sqlite_file import (
+    APPLICATION_ID,
+    CHAIN_ARCHIVE,
+    CHAIN_ARCHIVE_INDEX,
+    SCHEMA_VERSION,
+    check_header,
+    create_file,
+    open_schema,
+    translated,
 )
-_SCHEMA = (
-    "CREATE TABLE residency_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE sessions (session_id TEXT PRIMARY KEY)",
-    # Rowid tables: journal data and content rows are often a kilobyte or more, which
-    # WITHOUT ROWID tables store poorly.
-    "CREATE TABLE journal (id INTEGER PRIMARY KEY, session_id TEXT NOT NULL, seq INTEGER NOT NULL, "
-    "op TEXT NOT NULL, data TEXT NOT NULL, at REAL NOT NULL, UNIQUE (session_id, seq))",
-    "CREATE TABLE content (key TEXT PRIMARY KEY, bytes BLOB NOT NULL)",
-    _CHECKPOINTS,
-)
-# Created on first use (IF NOT EXISTS), so files without archive scopes keep schema 2 and stay
-# readable by versions that do not know the table. ``pos`` orders a scope's records.
-_CHAIN_ARCHIVE = (
-    "CREATE TABLE IF NOT EXISTS chain_archive (pos INTEGER PRIMARY KEY, scope TEXT NOT NULL, "
-    "digest TEXT NOT NULL, record TEXT NOT NULL, UNIQUE (scope, digest))"
-)
-_TABLES_V1 = frozenset({"residency_meta", "sessions", "journal", "content"})
-_TABLES = _TABLES_V1 | {"checkpoints"}
+
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "open_sqlite"]
+
 _PART = 64 << 20
 
 Durability = Literal["full", "normal"]
@@ -146,12 +129,12 @@ class SQLiteStore:
         parent = Path(self._path).parent
         if self._path != ":memory:" and not parent.is_dir():
             raise StoreError(f"{self._path}: cannot create the store: folder {str(parent)!r} does not exist")
-        if self._check_header():
-            self._create_file()
+        if check_header(self._path):
+            create_file(self._path)
         with self._translate("open"):
             conn = sqlite3.connect(self._path, timeout=timeout, isolation_level=None, check_same_thread=False)
             try:
-                self._open(conn, durability)
+                open_schema(conn, self._path, durability)
             except BaseException:
                 conn.close()
                 raise
@@ -162,145 +145,10 @@ class SQLiteStore:
         """The database file."""
         return self._path
 
-    # -- opening -----------------------------------------------------------------------------
-
-    def _check_header(self) -> bool:
-        """Refuse a file that is not a store; True if there is no file yet."""
-        if self._path == ":memory:":
-            return False
-        p = Path(self._path)
-        if p.is_dir():
-            raise StoreError(f"{self._path}: is a directory, not a store file")
-        try:
-            with p.open("rb") as f:
-                head = f.read(len(_MAGIC))
-        except FileNotFoundError:
-            return True
-        except OSError as exc:
-            raise StoreError(f"{self._path}: cannot read the store file: {exc.strerror}") from None
-        if not head:
-            # A store is never empty on disk (see ``_create_file``): this one lost its bytes.
-            raise StoreError(
-                f"{self._path}: the store file is empty (0 bytes), as a truncated store would be; "
-                f"restore it from a backup, or delete it (or point at a new path) to start a new store"
-            )
-        if head != _MAGIC:
-            raise StoreError(
-                f"{self._path}: not a residency store (not an SQLite database); "
-                f"point the store at a new file or at one residency created"
-            )
-        return False
-
-    def _create_file(self) -> None:
-        """Create the store beside its path, whole, then link it in place.
-
-        SQLite creates a database lazily: a process that dies between creating the file and
-        writing its first page leaves 0 bytes, which the next open could not tell from a
-        truncated store. Built under a temporary name and linked into place (which fails if
-        the path appeared meanwhile: another process created it, and that one is used), the
-        path only ever names a complete store, so an empty file is always refused.
-        """
-        p = Path(self._path)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.{secrets.token_hex(4)}.creating")
-        try:
-            with self._translate("create"):
-                conn = sqlite3.connect(tmp, isolation_level=None)
-                try:
-                    conn.execute("PRAGMA journal_mode = WAL")  # persistent: kept in the header
-                    conn.execute("PRAGMA synchronous = FULL")
-                    self._create(conn)
-                finally:
-                    conn.close()  # checkpoints the WAL into the file and removes it
-            try:
-                os.link(tmp, p)
-            except FileExistsError:
-                pass
-            except OSError:  # a file system without hard links
-                if not p.exists():
-                    os.replace(tmp, p)
-            _sync_folder(p.parent)
-        except OSError as exc:
-            raise StoreError(f"{self._path}: cannot create the store: {exc.strerror or exc}") from None
-        finally:
-            for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
-                with contextlib.suppress(OSError):
-                    leftover.unlink()
-
-    def _open(self, conn: sqlite3.Connection, durability: Durability) -> None:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
-            raise StoreError(
-                f"{self._path}: an SQLite database of another application "
-                f"(application_id {app_id:#x}, tables {', '.join(sorted(tables)) or 'none'}); "
-                f"a residency store needs its own file"
-            )
-        if self._path != ":memory:":
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise StoreError(f"{self._path}: cannot switch the database to WAL mode (got {mode!r})")
-        conn.execute(f"PRAGMA synchronous = {durability.upper()}")
-        if app_id == 0:
-            self._create(conn)
-            return
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self._path}: written by a newer residency (store schema {version}; this version "
-                f"reads {SCHEMA_VERSION}); upgrade residency to open it"
-            )
-        if version == 1 and tables >= _TABLES_V1:
-            self._upgrade_from_1(conn)
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        missing = _TABLES - tables
-        meta = dict(conn.execute("SELECT key, value FROM residency_meta").fetchall()) if not missing else {}
-        if missing or version != SCHEMA_VERSION or meta.get("schema_version") != str(SCHEMA_VERSION):
-            raise StoreError(
-                f"{self._path}: a broken residency store (schema version {version}, "
-                f"missing tables: {', '.join(sorted(missing)) or 'none'}); restore it from a backup"
-            )
-
-    def _create(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.executemany(
-                "INSERT INTO residency_meta (key, value) VALUES (?, ?)",
-                [("application", "residency"), ("schema_version", str(SCHEMA_VERSION))],
-            )
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
-        """Schema 1 -> 2: add the checkpoints table. Another process may be doing the same."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            (version,) = conn.execute("PRAGMA user_version").fetchone()
-            (meta,) = conn.execute(
-                "SELECT COALESCE(MAX(value), '') FROM residency_meta WHERE key = 'schema_version'"
-            ).fetchone()
-            if version == 1 and meta == "1":
-                conn.execute(_CHECKPOINTS)
-                conn.execute("UPDATE residency_meta SET value = '2' WHERE key = 'schema_version'")
-                conn.execute("PRAGMA user_version = 2")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-
     @contextmanager
     def _translate(self, what: str) -> Iterator[None]:
-        try:
+        with translated(self._path, what):
             yield
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self._path}: {what} failed: {exc}; the store file may be damaged") from None
 
     @contextmanager
     def _connection(self, what: str) -> Iterator[sqlite3.Connection]:
@@ -513,7 +361,8 @@ class SQLiteStore:
         text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
         with self._connection("archive a chain") as conn:
             if not self._has_archive:
-                conn.execute(_CHAIN_ARCHIVE)
+                conn.execute(CHAIN_ARCHIVE)
+                conn.execute(CHAIN_ARCHIVE_INDEX)
                 self._has_archive = True
             cursor = conn.execute(
                 "INSERT OR IGNORE INTO chain_archive (scope, digest, record) VALUES (?, ?, ?)",
@@ -582,36 +431,18 @@ class SQLiteStore:
         return f"SQLiteStore({self._path!r})"
 
 
-def _sync_folder(folder: Path) -> None:
-    """Make a new directory entry durable (POSIX; elsewhere a no-op)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def open_sqlite(url: str) -> Store | None:
+    """The store a ``memory:`` or ``sqlite:///path`` URL names, or None for any other URL.
 
-
-def open_store(url: str) -> Store:
-    """Open a store by URL: ``memory:`` or ``sqlite:///relative.db`` / ``sqlite:////abs.db``.
+    ``sqlite:///relative.db`` or ``sqlite:////abs.db``; ``residency._store.open_store`` reads
+    every URL and calls this for these two.
 
     Raises:
-        ConfigError: an unknown scheme or an empty path.
         StoreError: the SQLite file cannot be opened (see ``SQLiteStore``).
     """
-    if not isinstance(url, str):
-        raise ConfigError("a store URL must be a string, e.g. 'sqlite:///residency.db'", where="store")
     if url in ("memory:", "memory://"):
         return MemoryStore()
     prefix = "sqlite:///"
     if url.startswith(prefix) and url[len(prefix) :]:
         return SQLiteStore(url[len(prefix) :])
-    raise ConfigError(
-        f"unknown store URL {url!r}: use 'memory:' or 'sqlite:///path/to/file.db' "
-        f"(four slashes for an absolute path)",
-        where="store",
-    )
+    return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from residency._core._tools import JSONObject
 from residency._errors import InvalidInput, NotFound
-from residency._session import Session
+from residency._runtime import Session
 
 __all__ = [
     "MAX_NAMES",

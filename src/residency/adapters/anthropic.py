@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Literal
 
 from residency._core._lifecycle import ToolState
 from residency._errors import InvalidInput
-from residency._session import Session
+from residency._runtime import Session
 from residency.adapters import _common
 from residency.adapters._common import REEXPAND_TOOL, reexpand_names
 

@@ -37,8 +37,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
 from residency._errors import InvalidInput
-from residency._session import Session
-from residency._tool_ops import TurnPlan
+from residency._runtime import Session, TurnPlan
 from residency.adapters import _common
 from residency.adapters._common import REEXPAND_TOOL, reexpand_names
 

@@ -1,4 +1,4 @@
-"""The negative-constraint language of archived tool chains: JSON data, never ``eval``.
+"""The predicate language of archived tool chains (a chain's ``constraint``): JSON data, never ``eval``.
 
 Theory of operation
 -------------------

@@ -1,4 +1,4 @@
-"""The chain half of a Session: the archive of abandoned chains, the live guard, revocation.
+"""The chain part of a session: the archive of abandoned chains, the live guard, revocation.
 
 Archiving writes the chain's cold copy (its tools' full definitions and logs) to the content
 store first, then journals the record with its pointer, together with the lifecycle
@@ -21,7 +21,8 @@ the retirement of its prefix tools, so a successor session starts with the archi
 predecessors left. The scope is append-only and its digest is order-independent, so every
 session of the scope ends with the same digest.
 ``check_chain`` and ``chains`` also see scope chains not adopted yet (e.g. chains naming tools
-this session lacks).
+this session lacks). ``check_chain`` indexes them with the archive once and grows that index as
+the scope and the archive grow; ``chains_digest`` is the digest of what it checks against.
 
 Credentials are references (names), never values. Each reference is passed to the revocation
 callback at most once automatically; its outcome is journaled, so replaying or reopening the
@@ -32,21 +33,21 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from itertools import islice
 from typing import Any, Literal
 
 from residency._core._chains import ChainArchive, ChainRecord, ChainVerdict, build_chain, cold_record
-from residency._core._events import EventKind
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
-from residency._core._planner import Budget
+from residency._core._state import SessionState
 from residency._core._tools import JSONObject
-from residency._errors import ChainCollision, InvalidInput, NotFound, SessionConflict, StoreError
-from residency._store._protocol import DEFAULT_SCOPE, check_scope
-from residency._tool_ops import ToolOps, TurnPlan
+from residency._errors import ChainCollision, InvalidInput, NotFound, SessionConflict
+from residency._runtime._journal import Item, Journal
+from residency._runtime._tools import ToolPart
 
-__all__ = ["ChainOps", "ChainPolicy"]
+__all__ = ["ChainPart", "ChainPolicy"]
 
 logger = logging.getLogger("residency")
 
@@ -54,57 +55,59 @@ ChainPolicy = Literal["refuse", "warn"]
 """What the live guard does with a call that would re-assemble an archived chain."""
 
 
-class ChainOps(ToolOps):
+class ChainPart:
     """The archive of abandoned tool chains, its live guard, and credential revocation.
 
     Args:
-        chain_policy: ``"refuse"`` (default) raises ``ChainCollision`` from ``authorize_call``;
-            ``"warn"`` lets the call through and logs a ``CHAIN`` event.
+        journal: the session's journal.
+        tools: the session's tool part (the guard is added to its call guards).
+        chain_policy: ``"refuse"`` raises ``ChainCollision`` from ``authorize_call``; ``"warn"``
+            lets the call through and logs a ``CHAIN`` event.
         revoke: called with each credential reference of an archived chain; returns True when
             the credential was revoked. Exceptions count as a failed revocation.
-        archive_scope: the archive scope shared with other sessions of the store
-            (``"default"``); None keeps the archive to this session. Stores without archive
-            scopes keep it to the session too.
+        archive_scope: the archive scope shared with other sessions of the store; None keeps
+            the archive to this session. Stores without archive scopes keep it to the session.
     """
 
     def __init__(
         self,
-        *args: Any,
-        chain_policy: ChainPolicy = "refuse",
-        revoke: Callable[[str], bool] | None = None,
-        archive_scope: str | None = DEFAULT_SCOPE,
-        **kwargs: Any,
+        journal: Journal,
+        tools: ToolPart,
+        *,
+        chain_policy: ChainPolicy,
+        revoke: Callable[[str], bool] | None,
+        archive_scope: str | None,
     ) -> None:
-        if archive_scope is not None:
-            check_scope(archive_scope)
-        # Set before the journal is replayed, so they are not session state: the scope's records
-        # seen so far are a cache of the store, rebuilt from position 0 by every new object.
-        self._scope = archive_scope
-        self._scope_after = 0
-        self._scope_pending: dict[str, ChainRecord] = {}
-        if chain_policy not in ("refuse", "warn"):
-            raise InvalidInput(
-                f"chain_policy must be 'refuse' or 'warn', not {chain_policy!r}", where="chain_policy"
-            )
-        if revoke is not None and not callable(revoke):
-            raise InvalidInput("revoke must be a callable taking a credential reference", where="revoke")
+        self._journal = journal
+        self._tools = tools
         self._chain_policy: ChainPolicy = chain_policy
         self._revoke = revoke
-        super().__init__(*args, **kwargs)
-        self._guards.append(self._chain_guard)
-        store = self._store
+        store = journal.store
         if not (
             callable(getattr(store, "archive_chain", None))
             and callable(getattr(store, "archived_chains", None))
         ):
-            self._scope = None
-        # Not adopted here: opening a session (``residency inspect`` does) never writes to it.
+            archive_scope = None
+        # Not journaled: the scope's records seen so far are a cache of the store, rebuilt from
+        # position 0 by every new object. Not adopted here: opening a session (``residency
+        # inspect`` does) never writes to it.
+        self._scope = archive_scope
+        self._scope_after = 0
+        self._scope_pending: dict[str, ChainRecord] = {}
+        # What ``check_chain`` checks against while scope chains are pending: the session's
+        # archive and those chains in one index, built once and grown (see ``_checked_archive``).
+        self._checked: ChainArchive | None = None
+        self._checked_base: ChainArchive | None = None
+        self._checked_size = 0
+        # Pending chains wait for tools; registered tools are never removed, so a look that
+        # found none ready holds until the tools, the archive or the pending chains change.
+        self._pending_added = 0
+        self._unready_at: tuple[object, object, tuple[int, int, int]] | None = None
+        tools.guards.append(self._chain_guard)
 
-    def _init_state(self) -> None:
-        super()._init_state()
-        self._archive = ChainArchive()
-        self._shared: set[str] = set()
-        self._revocations: dict[str, bool] = {}  # reference -> revoked at its last attempt
+    @property
+    def _s(self) -> SessionState:
+        return self._journal.state
 
     # -- archiving ---------------------------------------------------------------------------
 
@@ -127,7 +130,7 @@ class ChainOps(ToolOps):
             topology: the pipeline's tool names in order (at least two; all registered).
             failure: the terminal failure signature of the last step.
             constraint: the negative constraint as JSON data; ``{"all": []}`` when the topology
-                alone is fatal. See ``residency._core._constraints`` for the language.
+                alone is fatal. See ``residency._core._predicates`` for the language.
             credentials: references (names) of credentials the chain used, to revoke.
             deterministic: must be True; transient failures are not archived.
             logs: JSON data kept with the cold copy for audit (never shown to the model).
@@ -142,52 +145,102 @@ class ChainOps(ToolOps):
         """
         if not isinstance(topology, Sequence) or isinstance(topology, str | bytes):
             raise InvalidInput("topology must be a list of tool names", where="topology")
-        known_tools = [n for n in topology if isinstance(n, str) and n in self._tools]
-        schemas = {n: self._tools[n].input_schema for n in known_tools}
+        known_tools = [n for n in topology if isinstance(n, str) and n in self._s.tools]
+        schemas = {n: self._s.tools[n].input_schema for n in known_tools}
         record = build_chain(topology, failure, constraint, credentials, deterministic, schemas)
         for i, name in enumerate(record.topology):
-            if name not in self._tools:
+            if name not in self._s.tools:
                 raise NotFound(f"topology[{i}]: unknown tool {name!r} (register it first)")
-        self._adopt_scope()
-        known = self._archive.get(record.digest)
+        self.adopt_scope()
+        known = self._s.archive.get(record.digest)
         if known is not None:
             return known
-        definitions = {n: self._tools[n].definition for n in record.topology}
+        definitions = {n: self._s.tools[n].definition for n in record.topology}
         blob = cold_record(record, definitions, logs)
         retire = self._retired_by(record)
-        record = replace(record, pointer=self._store.put_content(blob))
+        record = replace(record, pointer=self._journal.store.put_content(blob))
         if self._scope is not None:
             # The scope first: a crash before the journal leaves the chain for adoption.
-            self._store.archive_chain(self._scope, record.to_json())  # type: ignore[attr-defined]
-        items: list[tuple[str, Mapping[str, Any]]] = [("archive_chain", {"chain": record.to_json()})]
+            self._journal.store.archive_chain(self._scope, record.to_json())  # type: ignore[attr-defined]
+        items: list[Item] = [("archive_chain", {"chain": record.to_json()})]
         items += self._retirements(retire, record)
-        self._commit(*items)
+        self._journal.commit(*items)
         self._revoke_each(record.credentials)
-        return self._archive.get(record.digest) or record
+        return self._s.archive.get(record.digest) or record
 
-    def _retirements(self, names: Iterable[str], record: ChainRecord) -> list[tuple[str, Mapping[str, Any]]]:
+    def _retirements(self, names: Iterable[str], record: ChainRecord) -> list[Item]:
         reason = f"only used by archived chain {record.digest[:12]}"
-        items: list[tuple[str, Mapping[str, Any]]] = []
+        items: list[Item] = []
         for name in names:
-            dest = TOOL_LIFECYCLE.fire(self._states[name], "archive", record=name, facts=self._facts(name))
+            dest = TOOL_LIFECYCLE.fire(
+                self._s.states[name], "archive", record=name, facts=self._s.facts(name)
+            )
             change = {"tool": name, "trigger": "archive", "dest": dest.value, "reason": reason}
             items.append(("transition", change))
         return items
 
     def _retired_by(self, *records: ChainRecord) -> list[str]:
         """The prefix tools the new chains take out of the active index."""
-        trial = ChainArchive([*self._archive, *records])
-        tools = [c.tool for c in self._calls.values()]
+        trial = ChainArchive([*self._s.archive, *records])
+        tools = [c.tool for c in self._s.calls.values()]
         covered = trial.covered_calls(tools)
         elsewhere = {t for t, inside in zip(tools, covered, strict=True) if not inside}
         return [
             name
             for name in dict.fromkeys(n for r in records for n in r.prefix)
             if name not in elsewhere
-            and name not in self._shared
-            and not self.is_pinned(name)
-            and self._states[name] is not ToolState.ARCHIVED
+            and name not in self._s.shared
+            and name not in self._tools.pinned
+            and self._s.states[name] is not ToolState.ARCHIVED
         ]
+
+    def _retired_in_turn(self, records: Sequence[ChainRecord]) -> list[list[str]]:
+        """Per record, the prefix tools it retires that the records before it left active.
+
+        What ``_retired_by(*records[: i + 1])`` gives, restricted to record ``i``'s prefix, but
+        in one pass: the calls' coverage (``ChainArchive.covered_calls``) only grows as chains
+        are added, so each record marks the calls of its own runs (found from where its first
+        tool was called) instead of every call being matched against the whole archive again:
+        adopting a scope costs time linear in its chains, not quadratic.
+        """
+        tools = [c.tool for c in self._s.calls.values()]
+        n = len(tools)
+        covered = self._s.archive.covered_calls(tools)
+        elsewhere = Counter(t for t, inside in zip(tools, covered, strict=True) if not inside)
+        calls_of: dict[str, list[int]] = {}
+        for i, name in enumerate(tools):
+            calls_of.setdefault(name, []).append(i)
+        retired: set[str] = set()
+        seen: dict[str, int] = {}  # first appearance in the records so far: the order of names
+        out: list[list[str]] = []
+        for record in records:
+            prefix = record.prefix
+            for name in prefix:
+                seen.setdefault(name, len(seen))
+            for start in calls_of.get(prefix[0], ()):
+                stop = start + len(prefix)
+                if stop > n or tuple(tools[start:stop]) != prefix:
+                    continue
+                if stop < n:
+                    if tools[stop] != record.terminal:
+                        continue
+                    stop += 1
+                for i in range(start, stop):
+                    if not covered[i]:
+                        covered[i] = True
+                        elsewhere[tools[i]] -= 1
+            names = [
+                name
+                for name in sorted(set(prefix), key=seen.__getitem__)
+                if elsewhere[name] <= 0
+                and name not in retired
+                and name not in self._s.shared
+                and name not in self._tools.pinned
+                and self._s.states[name] is not ToolState.ARCHIVED
+            ]
+            retired.update(names)
+            out.append(names)
+        return out
 
     # -- the archive scope -------------------------------------------------------------------
 
@@ -195,7 +248,7 @@ class ChainOps(ToolOps):
         """Read the scope's records added since the last read into the (unjournaled) cache."""
         if self._scope is None:
             return
-        rows = self._store.archived_chains(self._scope, self._scope_after)  # type: ignore[attr-defined]
+        rows = self._journal.store.archived_chains(self._scope, self._scope_after)  # type: ignore[attr-defined]
         for pos, data in rows:
             self._scope_after = max(self._scope_after, int(pos))
             try:
@@ -206,10 +259,13 @@ class ChainOps(ToolOps):
                     "archive scope %r: record %s is unreadable (%s); skipped", self._scope, pos, exc
                 )
                 continue
-            if record.digest not in self._archive:
+            if record.digest not in self._s.archive:
                 self._scope_pending[record.digest] = record
+                self._pending_added += 1
+                if self._checked is not None:
+                    self._checked.add(record)
 
-    def _adopt_scope(self) -> None:
+    def adopt_scope(self) -> None:
         """Journal the scope's chains whose tools are all registered, with their retirements.
 
         Another writer of this session (a gateway replica) may adopt the same chains first:
@@ -227,50 +283,28 @@ class ChainOps(ToolOps):
 
     def _adopt_scope_once(self) -> None:
         self._read_scope()
-        for digest in [d for d in self._scope_pending if d in self._archive]:
-            del self._scope_pending[digest]
-        ready = [r for r in self._scope_pending.values() if all(n in self._tools for n in r.topology)]
-        if not ready:
+        if not self._scope_pending:
             return
-        items: list[tuple[str, Mapping[str, Any]]] = []
-        retired: set[str] = set()
-        for i, record in enumerate(ready):
+        # The live guard comes here on every call: with many chains waiting for a tool, looking
+        # at each of them again would cost more than the call (23 ms at 10,000).
+        s = self._s
+        sizes = (len(s.tools), len(s.archive), self._pending_added)
+        seen = self._unready_at
+        if seen is not None and seen[0] is s.tools and seen[1] is s.archive and seen[2] == sizes:
+            return
+        for digest in [d for d in self._scope_pending if d in s.archive]:
+            del self._scope_pending[digest]
+        ready = [r for r in self._scope_pending.values() if all(n in s.tools for n in r.topology)]
+        if not ready:
+            self._unready_at = (s.tools, s.archive, sizes)
+            return
+        items: list[Item] = []
+        for record, names in zip(ready, self._retired_in_turn(ready), strict=True):
             items.append(("archive_chain", {"chain": record.to_json(), "scope": self._scope}))
-            # Each chain retires what the chains before it in this batch left active.
-            names = [n for n in self._retired_by(*ready[: i + 1]) if n not in retired and n in record.prefix]
-            retired.update(names)
             items += self._retirements(names, record)
-        self._commit(*items)
+        self._journal.commit(*items)
         for record in ready:
             self._scope_pending.pop(record.digest, None)
-
-    def register_tools(self, tools: Iterable[Mapping[str, Any]]) -> list[str]:
-        names = super().register_tools(tools)
-        self._adopt_scope()  # chains waiting for these tools now apply
-        return names
-
-    register_tools.__doc__ = ToolOps.register_tools.__doc__
-
-    def plan_turn(self, budget: Budget, *, phase: str | None = None) -> TurnPlan:
-        self._adopt_scope()  # the plan leaves out what chains of the scope retired
-        return super().plan_turn(budget, phase=phase)
-
-    plan_turn.__doc__ = ToolOps.plan_turn.__doc__
-
-    def _apply_archive_chain(self, data: Mapping[str, Any]) -> None:
-        try:
-            record = ChainRecord.from_json(data["chain"])
-        except (InvalidInput, KeyError, TypeError) as exc:
-            raise StoreError(
-                f"session {self._session_id!r}: a journaled chain record is corrupt ({exc})"
-            ) from None
-        self._archive.add(record)
-        pending = sum(1 for c in record.credentials if not self._revocations.get(c))
-        self._event(
-            EventKind.CHAIN,
-            record.digest,
-            f"archived: {record.rule}; {pending} credential reference(s) to revoke",
-        )
 
     def mark_shared(self, *names: str) -> None:
         """Operator action: these tools serve other chains; archiving never retires them.
@@ -279,20 +313,15 @@ class ChainOps(ToolOps):
             NotFound: an unknown tool (nothing is marked).
         """
         for name in names:
-            self._spec(name)
-        new = [n for n in dict.fromkeys(names) if n not in self._shared]
+            self._tools.spec(name)
+        new = [n for n in dict.fromkeys(names) if n not in self._s.shared]
         if new:
-            self._commit(("share_tools", {"tools": new}))
-
-    def _apply_share_tools(self, data: Mapping[str, Any]) -> None:
-        for name in data["tools"]:
-            self._shared.add(name)
-            self._event(EventKind.CHAIN, name, "marked shared by an operator: never retired with a chain")
+            self._journal.commit(("share_tools", {"tools": new}))
 
     def is_shared(self, name: str) -> bool:
         """Whether an operator marked the tool shared. Raises ``NotFound`` for an unknown tool."""
-        self._spec(name)
-        return name in self._shared
+        self._tools.spec(name)
+        return name in self._s.shared
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -300,11 +329,14 @@ class ChainOps(ToolOps):
         """Archived chains, in the order they were archived, then the scope's chains this
         session has not adopted yet (they name tools it has not registered)."""
         self._read_scope()
-        return [*self._archive, *(r for r in self._scope_pending.values() if r.digest not in self._archive)]
+        return [
+            *self._s.archive,
+            *(r for r in self._scope_pending.values() if r.digest not in self._s.archive),
+        ]
 
     def chain(self, digest: str) -> ChainRecord:
         """The archived chain with that digest. Raises ``NotFound`` if there is none."""
-        record = self._archive.get(digest) if isinstance(digest, str) else None
+        record = self._s.archive.get(digest) if isinstance(digest, str) else None
         if record is None:
             raise NotFound(f"no archived chain with digest {digest!r}")
         return record
@@ -316,12 +348,12 @@ class ChainOps(ToolOps):
             NotFound: no such chain, or its cold copy is missing from the store.
             IntegrityError: the stored copy does not match its key.
         """
-        data: JSONObject = json.loads(self._store.get_content(self.chain(digest).pointer))
+        data: JSONObject = json.loads(self._journal.store.get_content(self.chain(digest).pointer))
         return data
 
     def archive_digest(self) -> str:
         """sha256 over the archived chains' digests; the order of archiving does not matter."""
-        return self._archive.digest()
+        return self._s.archive.digest()
 
     def chain_rules(self, name: str) -> list[str]:
         """Rules of archived chains whose fatal prefix uses the tool, for where tools are chosen.
@@ -329,8 +361,8 @@ class ChainOps(ToolOps):
         Raises:
             NotFound: unknown tool.
         """
-        self._spec(name)
-        return [r.rule for r in self._archive.with_prefix_tool(name)]
+        self._tools.spec(name)
+        return [r.rule for r in self._s.archive.with_prefix_tool(name)]
 
     def check_chain(
         self, sequence: Sequence[str], arguments: Sequence[Mapping[str, Any] | None] | None = None
@@ -345,26 +377,51 @@ class ChainOps(ToolOps):
         Raises:
             InvalidInput: a malformed sequence or arguments list.
         """
+        return self._checked_archive().check(sequence, arguments)
+
+    def chains_digest(self) -> str:
+        """``archive_digest`` of every chain ``check_chain`` checks against: the archived ones and
+        the scope's chains not adopted yet (the same as ``archive_digest`` when none are pending)."""
+        return self._checked_archive().digest()
+
+    def _checked_archive(self) -> ChainArchive:
+        """The archive, with the scope's chains not adopted yet when there are any.
+
+        Those are indexed together once, then grown: by the scope's new records as they are
+        read, by the archive's new records as they are journaled. Rebuilt only when the
+        session's state is (a reopened or restored archive is another object).
+        """
         self._read_scope()
-        extra = [r for r in self._scope_pending.values() if r.digest not in self._archive]
-        archive = ChainArchive([*self._archive, *extra]) if extra else self._archive
-        return archive.check(sequence, arguments)
+        archive = self._s.archive
+        if not self._scope_pending:
+            return archive
+        checked = self._checked
+        if checked is None or self._checked_base is not archive or len(archive) < self._checked_size:
+            checked = ChainArchive(archive)
+            for record in self._scope_pending.values():
+                checked.add(record)
+            self._checked, self._checked_base = checked, archive
+        else:
+            for record in islice(archive, self._checked_size, None):  # the archive only grows
+                checked.add(record)
+        self._checked_size = len(archive)
+        return checked
 
     # -- the live guard ----------------------------------------------------------------------
 
     def _chain_guard(self, name: str, arguments: JSONObject) -> None:
-        self._adopt_scope()  # chains archived by other sessions of the scope since the last call
-        if not len(self._archive):
+        self.adopt_scope()  # chains archived by other sessions of the scope since the last call
+        if not len(self._s.archive):
             return
-        tail = list(islice(reversed(self._calls.values()), self._archive.longest_run))[::-1]
-        verdict = self._archive.check_next(
+        tail = list(islice(reversed(self._s.calls.values()), self._s.archive.longest_run))[::-1]
+        verdict = self._s.archive.check_next(
             [c.tool for c in tail], [c.arguments for c in tail], name, arguments
         )
         if verdict.safe:
             return
         if self._chain_policy == "warn":
             digest = verdict.chain.digest if verdict.chain is not None else ""
-            self._commit(("chain_warning", {"tool": name, "chain": digest, "reason": verdict.reason}))
+            self._journal.commit(("chain_warning", {"tool": name, "chain": digest, "reason": verdict.reason}))
             return
         raise ChainCollision(
             f"{name}: refused: {verdict.reason}. Choose another route to the goal.",
@@ -373,19 +430,16 @@ class ChainOps(ToolOps):
             expected_failure=verdict.expected_failure,
         )
 
-    def _apply_chain_warning(self, data: Mapping[str, Any]) -> None:
-        self._event(EventKind.CHAIN, data["tool"], f"warning (policy warn): {data['reason']}")
-
     # -- credentials -------------------------------------------------------------------------
 
     def pending_revocations(self) -> list[str]:
         """Credential references of archived chains not yet revoked, sorted."""
-        refs = {c for r in self._archive for c in r.credentials}
-        return sorted(c for c in refs if not self._revocations.get(c))
+        refs = {c for r in self._s.archive for c in r.credentials}
+        return sorted(c for c in refs if not self._s.revocations.get(c))
 
     def revocations(self) -> dict[str, bool]:
         """Every attempted reference and whether its last attempt revoked it."""
-        return dict(self._revocations)
+        return dict(self._s.revocations)
 
     def revoke_pending(self) -> dict[str, bool]:
         """Pass every reference not yet revoked to the callback (again, if it failed before).
@@ -400,13 +454,13 @@ class ChainOps(ToolOps):
             raise InvalidInput("no revocation callback is configured (Session(revoke=...))", where="revoke")
         pending = self.pending_revocations()
         self._revoke_each(pending, retry=True)
-        return {ref: self._revocations[ref] for ref in pending if ref in self._revocations}
+        return {ref: self._s.revocations[ref] for ref in pending if ref in self._s.revocations}
 
     def _revoke_each(self, refs: Iterable[str], *, retry: bool = False) -> None:
         if self._revoke is None:
             return
         for ref in refs:
-            if ref in self._revocations and not (retry and not self._revocations[ref]):
+            if ref in self._s.revocations and not (retry and not self._s.revocations[ref]):
                 continue
             error = ""
             try:
@@ -415,30 +469,12 @@ class ChainOps(ToolOps):
                 revoked, error = False, type(exc).__name__
             if not revoked and not error:
                 error = "callback did not return True"
-            self._commit(("revocation", {"credential": ref, "revoked": revoked, "error": error}))
-
-    def _apply_revocation(self, data: Mapping[str, Any]) -> None:
-        ref, revoked = data["credential"], bool(data["revoked"])
-        self._revocations[ref] = revoked
-        detail = "credential revoked" if revoked else f"revocation failed: {data.get('error') or 'unknown'}"
-        self._event(EventKind.CHAIN, ref, detail)
-
-    # -- checkpoints -------------------------------------------------------------------------
-
-    def _checkpoint_encode(self, state: dict[str, Any]) -> None:
-        # The archive's index is rebuilt from the records, as a replay builds it.
-        state["_archive"] = [r.to_json() for r in state["_archive"]]
-        super()._checkpoint_encode(state)
-
-    def _checkpoint_decode(self, state: dict[str, Any]) -> None:
-        super()._checkpoint_decode(state)
-        state["_archive"] = ChainArchive(ChainRecord.from_json(r) for r in state["_archive"])
+            self._journal.commit(("revocation", {"credential": ref, "revoked": revoked, "error": error}))
 
     # -- comparison --------------------------------------------------------------------------
 
-    def _snapshot_parts(self, parts: dict[str, Any]) -> None:
-        super()._snapshot_parts(parts)
-        parts["chains"] = [r.to_json() for r in self._archive]
-        parts["archive_digest"] = self._archive.digest()
-        parts["shared"] = sorted(self._shared)
-        parts["revocations"] = dict(sorted(self._revocations.items()))
+    def snapshot_parts(self, parts: dict[str, Any]) -> None:
+        parts["chains"] = [r.to_json() for r in self._s.archive]
+        parts["archive_digest"] = self._s.archive.digest()
+        parts["shared"] = sorted(self._s.shared)
+        parts["revocations"] = dict(sorted(self._s.revocations.items()))

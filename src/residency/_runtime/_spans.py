@@ -1,4 +1,4 @@
-"""The span half of a Session: the window, externalization, eviction, summaries, provenance.
+"""The span part of a session: the window, externalization, eviction, summaries, provenance.
 
 Every change that takes a span's text out of the window writes the text to the content store
 first (``put_content``) and journals the change after, so the journal never names content the
@@ -12,10 +12,8 @@ live in the content store and are read back (and verified against the key) on ``
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
-from residency._core._events import EventKind
 from residency._core._lifecycle import SpanState
 from residency._core._spans import (
     SpanRecord,
@@ -26,54 +24,51 @@ from residency._core._spans import (
     parse_tags,
     pointer_text,
     record_data,
-    record_from,
     summary_depth,
     summary_refusal,
     summary_verified,
 )
+from residency._core._state import SessionState
 from residency._errors import InvalidInput, NotFound, StoreError, UnverifiedSummary
-from residency._session_base import SessionBase
-from residency._store._checkpoint import columns, from_columns
+from residency._runtime._journal import Journal
 from residency._store._protocol import content_key
 from residency._tokens import count_tokens
 
-__all__ = ["SpanOps"]
-
-_STATE_OF = {s.value: s for s in SpanState}  # a dict lookup: replay runs this once per entry
+__all__ = ["SpanPart"]
 
 
-class SpanOps(SessionBase):
+class SpanPart:
     """Spans of context: add, externalize, evict, summarize, re-ground, restore, the window."""
 
-    def _init_state(self) -> None:
-        super()._init_state()
-        self._spans: dict[str, SpanRecord] = {}
-        self._span_states: dict[str, SpanState] = {}
-        self._stored: set[str] = set()  # ids whose bytes are in the content store
-        self._texts: dict[str, str] = {}  # text of resident spans, when held in memory
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+
+    @property
+    def _s(self) -> SessionState:
+        return self._journal.state
 
     # -- reading -----------------------------------------------------------------------------
 
     def span(self, span_id: str) -> SpanRecord:
         """The span's record. Raises ``NotFound`` for an unknown id."""
         try:
-            return self._spans[span_id]
+            return self._s.spans[span_id]
         except (KeyError, TypeError):
             raise NotFound(f"unknown span id {span_id!r}") from None
 
     def spans(self, state: SpanState | None = None) -> list[SpanRecord]:
         """Every span in the order added, optionally only those in ``state``."""
-        return [r for i, r in self._spans.items() if state is None or self._span_states[i] is state]
+        return [r for i, r in self._s.spans.items() if state is None or self._s.span_states[i] is state]
 
     def span_state(self, span_id: str) -> SpanState:
         """Where the span stands. Raises ``NotFound`` for an unknown id."""
         self.span(span_id)
-        return self._span_states[span_id]
+        return self._s.span_states[span_id]
 
     def externalized_copy(self, span_id: str) -> bool:
         """Whether the span's bytes have been written to the content store."""
         self.span(span_id)
-        return span_id in self._stored
+        return span_id in self._s.stored
 
     def window(self) -> list[WindowItem]:
         """What the host shows the model, in span order.
@@ -85,8 +80,8 @@ class SpanOps(SessionBase):
             IntegrityError: the stored copy of a restored span no longer matches its key.
         """
         items: list[WindowItem] = []
-        for span_id, record in self._spans.items():
-            state = self._span_states[span_id]
+        for span_id, record in self._s.spans.items():
+            state = self._s.span_states[span_id]
             if state is SpanState.RESIDENT:
                 text = self._resident_text(record)
                 items.append(WindowItem(span_id, WindowItemKind.TEXT, text, record.key, record.tags))
@@ -97,15 +92,15 @@ class SpanOps(SessionBase):
         return items
 
     def _resident_text(self, record: SpanRecord) -> str:
-        text = self._texts.get(record.id)
+        text = self._s.texts.get(record.id)
         if text is None:
             # A span restored in an earlier process: its bytes are in the store.
             text = self._read(record)
-            self._texts[record.id] = text
+            self._s.texts[record.id] = text
         return text
 
     def _read(self, record: SpanRecord) -> str:
-        data = self._store.get_content(record.key)
+        data = self._journal.store.get_content(record.key)
         if content_key(data) != record.key:
             raise StoreError(
                 f"span {record.id!r}: the store returned bytes for another key than {record.key}"
@@ -134,7 +129,7 @@ class SpanOps(SessionBase):
         if not isinstance(source, str):
             raise InvalidInput("span source must be a string", where="source")
         tag_set = parse_tags(tags)
-        span_id = f"s{len(self._spans) + 1}"
+        span_id = self._s.next_span_id()
         data = {
             "id": span_id,
             "key": content_key(text.encode("utf-8")),
@@ -143,10 +138,12 @@ class SpanOps(SessionBase):
             "source": source,
             "tokens": count_tokens(text),
         }
-        self._commit(("span_add", data))
-        return self._spans[span_id]
+        self._journal.commit(("span_add", data))
+        return self._s.spans[span_id]
 
-    def offload_span(self, text: str, tags: Iterable[str] = (), source: str = "") -> SpanRecord:
+    def offload_span(
+        self, text: str, tags: Iterable[str] = (), source: str = "", *, tokens: int | None = None
+    ) -> SpanRecord:
         """Add a span that enters the window already externalized: for text too large to show.
 
         The bytes are written to the content store (and durable) before the span is journaled,
@@ -157,59 +154,51 @@ class SpanOps(SessionBase):
             text: the span's text.
             tags: as ``add_span`` (a precondition tag keeps it as a pointer, never dropped).
             source: where it came from, e.g. ``"tool:describe_table"``.
+            tokens: ``count_tokens(text)``, when the caller has counted it already (the
+                gateway does, to decide whether to offload); None counts it here. Counting a
+                large text costs about 10 ms, so it is done once.
 
         Returns:
             The span's record, in state ``EXTERNALIZED``.
 
         Raises:
-            InvalidInput: text or source not a string, or malformed tags; nothing is added.
+            InvalidInput: text or source not a string, tokens not a non-negative integer, or
+                malformed tags; nothing is added.
             StoreError: the store filed the bytes under another key; nothing is journaled.
         """
         if not isinstance(text, str):
             raise InvalidInput("span text must be a string", where="text")
         if not isinstance(source, str):
             raise InvalidInput("span source must be a string", where="source")
+        if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0):
+            raise InvalidInput(
+                "tokens must be a non-negative integer (the text's count_tokens)", where="tokens"
+            )
         tag_set = parse_tags(tags)
         raw = text.encode("utf-8")
         expected = content_key(raw)
-        key = self._store.put_content(raw)
+        key = self._journal.store.put_content(raw)
         if key != expected:
             raise StoreError(f"the store filed an offloaded span under {key}, expected {expected}")
-        span_id = f"s{len(self._spans) + 1}"
+        span_id = self._s.next_span_id()
         data = {
             "id": span_id,
             "key": key,
             "tags": sorted(tag_set),
             "source": source,
-            "tokens": count_tokens(text),
+            "tokens": count_tokens(text) if tokens is None else tokens,
             "bytes": len(raw),
         }
-        self._commit(("span_offload", data))
-        return self._spans[span_id]
-
-    def _apply_span_offload(self, data: Mapping[str, Any]) -> None:
-        record = record_from(data, turn=self._turn)
-        self._spans[record.id] = record
-        self._span_states[record.id] = SpanState.EXTERNALIZED
-        self._stored.add(record.id)
-        self._event(
-            EventKind.SPAN, record.id, f"offloaded: {data.get('bytes', 0)} bytes to the content store"
-        )
-
-    def _apply_span_add(self, data: Mapping[str, Any]) -> None:
-        record = record_from(data, turn=self._turn)
-        self._spans[record.id] = record
-        self._span_states[record.id] = SpanState.RESIDENT
-        self._texts[record.id] = data["text"]
-        self._event(EventKind.SPAN, record.id, "added")
+        self._journal.commit(("span_offload", data))
+        return self._s.spans[span_id]
 
     # -- leaving the window ------------------------------------------------------------------
 
     def _put(self, record: SpanRecord) -> None:
         """Write a resident span's bytes to the content store (before the journal names them)."""
-        if record.id in self._stored:
+        if record.id in self._s.stored:
             return
-        key = self._store.put_content(self._resident_text(record).encode("utf-8"))
+        key = self._journal.store.put_content(self._resident_text(record).encode("utf-8"))
         if key != record.key:
             raise StoreError(
                 f"span {record.id!r}: the store filed its bytes under {key}, expected {record.key}"
@@ -217,19 +206,19 @@ class SpanOps(SessionBase):
 
     def _leave(self, span_id: str, dest: SpanState, trigger: str) -> tuple[str, Mapping[str, Any]] | None:
         """Write a leaving span's bytes first; its journal item, or None if nothing changes."""
-        state = self._span_states[span_id]
+        state = self._s.span_states[span_id]
         if dest is state:
             return None
         if state is SpanState.RESIDENT:
-            self._put(self._spans[span_id])
+            self._put(self._s.spans[span_id])
         return ("span_transition", {"id": span_id, "trigger": trigger, "dest": dest.value})
 
     def _fire(self, span_id: str, trigger: str) -> SpanState:
         return fire_span(
-            self._spans[span_id],
-            self._span_states[span_id],
+            self._s.spans[span_id],
+            self._s.span_states[span_id],
             trigger,
-            externalized_copy=span_id in self._stored,
+            externalized_copy=span_id in self._s.stored,
         )
 
     def externalize(self, span_id: str) -> str:
@@ -248,8 +237,8 @@ class SpanOps(SessionBase):
         self.span(span_id)
         item = self._leave(span_id, self._fire(span_id, "externalize"), "externalize")
         if item is not None:
-            self._commit(item)
-        return self._spans[span_id].key
+            self._journal.commit(item)
+        return self._s.spans[span_id].key
 
     def evict_span(self, *span_ids: str) -> None:
         """Take spans out of the window, all or none.
@@ -269,17 +258,7 @@ class SpanOps(SessionBase):
         dests = {span_id: self._fire(span_id, "evict") for span_id in dict.fromkeys(span_ids)}
         items = [item for i, dest in dests.items() if (item := self._leave(i, dest, "evict")) is not None]
         if items:
-            self._commit(*items)
-
-    def _apply_span_transition(self, data: Mapping[str, Any]) -> None:
-        span_id = data["id"]
-        before = self._span_states[span_id]
-        dest = _STATE_OF[data["dest"]]
-        self._span_states[span_id] = dest
-        if before is SpanState.RESIDENT and dest is not SpanState.RESIDENT:
-            self._stored.add(span_id)
-            self._texts.pop(span_id, None)
-        self._event(EventKind.SPAN, span_id, f"{data['trigger']}: {before.value} -> {dest.value}")
+            self._journal.commit(*items)
 
     # -- coming back -------------------------------------------------------------------------
 
@@ -295,15 +274,15 @@ class SpanOps(SessionBase):
             IntegrityError: the stored bytes no longer match the key.
         """
         record = self.span(span_id)
-        state = self._span_states[span_id]
+        state = self._s.span_states[span_id]
         self._fire(span_id, "restore")
         if state is SpanState.RESIDENT:
             return self._resident_text(record)
         text = self._read(record)
-        self._commit(
+        self._journal.commit(
             ("span_transition", {"id": span_id, "trigger": "restore", "dest": SpanState.RESIDENT.value})
         )
-        self._texts[span_id] = text
+        self._s.texts[span_id] = text
         return text
 
     def reground(self, span_id: str) -> dict[str, str]:
@@ -323,7 +302,7 @@ class SpanOps(SessionBase):
         """
         record = self.span(span_id)
         if not record.is_summary:
-            text = self._read(record) if span_id in self._stored else self._resident_text(record)
+            text = self._read(record) if span_id in self._s.stored else self._resident_text(record)
             return {span_id: text}
         originals: dict[str, str] = {}
         unresolved = self._resolve(record, originals)
@@ -337,27 +316,22 @@ class SpanOps(SessionBase):
                 unresolved=tuple(unresolved),
             )
         if not record.grounded:
-            self._commit(("span_reground", {"id": span_id}))
+            self._journal.commit(("span_reground", {"id": span_id}))
         return originals
-
-    def _apply_span_reground(self, data: Mapping[str, Any]) -> None:
-        span_id = data["id"]
-        self._spans[span_id] = replace(self._spans[span_id], grounded=True)
-        self._event(EventKind.SPAN, span_id, "re-grounded")
 
     def _resolve(self, record: SpanRecord, originals: dict[str, str]) -> list[str]:
         """Collect original texts under ``record``; return the ids that did not resolve."""
         if not record.is_summary:
             try:
                 originals[record.id] = (
-                    self._read(record) if record.id in self._stored else self._resident_text(record)
+                    self._read(record) if record.id in self._s.stored else self._resident_text(record)
                 )
             except (StoreError, NotFound):
                 return [record.id]
             return []
         unresolved: list[str] = []
         for source_id in record.provenance:
-            source = self._spans.get(source_id)
+            source = self._s.spans.get(source_id)
             if source is None:
                 unresolved.append(source_id)
                 continue
@@ -407,7 +381,7 @@ class SpanOps(SessionBase):
         items: list[tuple[str, Mapping[str, Any]]] = [
             item for i, dest in dests.items() if (item := self._leave(i, dest, "evict")) is not None
         ]
-        summary_id = f"s{len(self._spans) + 1}"
+        summary_id = self._s.next_span_id()
         items.append(
             (
                 "span_summary",
@@ -425,16 +399,8 @@ class SpanOps(SessionBase):
                 },
             )
         )
-        self._commit(*items)
-        return self._spans[summary_id]
-
-    def _apply_span_summary(self, data: Mapping[str, Any]) -> None:
-        record = record_from(data, turn=self._turn)
-        self._spans[record.id] = record
-        self._span_states[record.id] = SpanState.RESIDENT
-        self._texts[record.id] = data["text"]
-        detail = f"summary of {', '.join(record.provenance) or 'nothing'} (depth {record.derivation_depth})"
-        self._event(EventKind.SPAN, record.id, detail)
+        self._journal.commit(*items)
+        return self._s.spans[summary_id]
 
     # -- justification -----------------------------------------------------------------------
 
@@ -483,27 +449,12 @@ class SpanOps(SessionBase):
                 span=span_id,
                 unresolved=unresolved,
             )
-        return self._spans[span_id]
-
-    # -- checkpoints -------------------------------------------------------------------------
-
-    def _checkpoint_encode(self, state: dict[str, Any]) -> None:
-        # Text of a span whose bytes are in the content store is a cache (a replay reads it
-        # back, verified, when it is needed); only text held nowhere else is state.
-        stored = self._stored
-        state["_texts"] = {i: t for i, t in state["_texts"].items() if i not in stored}
-        state["_spans"] = columns(state["_spans"].values(), SpanRecord, shared=("tags", "source"))
-        super()._checkpoint_encode(state)
-
-    def _checkpoint_decode(self, state: dict[str, Any]) -> None:
-        super()._checkpoint_decode(state)
-        state["_spans"] = {r.id: r for r in from_columns(SpanRecord, state["_spans"])}
+        return self._s.spans[span_id]
 
     # -- comparison --------------------------------------------------------------------------
 
-    def _snapshot_parts(self, parts: dict[str, Any]) -> None:
-        super()._snapshot_parts(parts)
+    def snapshot_parts(self, parts: dict[str, Any]) -> None:
         parts["spans"] = {
-            i: {**record_data(r), "state": self._span_states[i].value, "stored": i in self._stored}
-            for i, r in self._spans.items()
+            i: {**record_data(r), "state": self._s.span_states[i].value, "stored": i in self._s.stored}
+            for i, r in self._s.spans.items()
         }

@@ -48,16 +48,29 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import SchemaError as JSONSchemaError
 
-from residency._core._tools import JSONObject, ToolSpec, canonical_json, definition_hash, is_mutation
+from residency._core._minify import minify_tool
+from residency._core._tools import (
+    JSONObject,
+    ToolSpec,
+    canonical_json,
+    definition_hash,
+    is_mutation,
+    parse_tool,
+)
 from residency._core._validation import ArgumentValidator
-from residency._tokens import count_tokens
+from residency._errors import SchemaError
+from residency._runtime._inputs import check_definition_depth
+from residency._tokens import count_tokens, tokenizer_name
 
 __all__ = [
     "SCHEMA_CHECKS_KEPT",
     "SPECS_KEPT",
     "Minify",
+    "SpecSource",
     "checked_spec",
+    "checked_tool",
     "known_spec",
+    "metaschema_problem",
     "remember_checked",
     "schema_problem",
     "shared_spec",
@@ -168,6 +181,19 @@ def shared_validator(spec: ToolSpec) -> ArgumentValidator:
         return _validators.setdefault(spec.hash, validator)
 
 
+def metaschema_problem(schema: Mapping[str, Any]) -> str | None:
+    """Why ``schema`` is not a valid JSON Schema, checked now against its dialect's metaschema
+    (an unknown ``$schema`` is read as the latest one); None if it is. No cache: that is
+    ``schema_problem``'s, which every caller but a benchmark's baseline uses."""
+    try:
+        jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator).check_schema(
+            schema
+        )
+    except JSONSchemaError as exc:
+        return f"'{'/'.join(str(p) for p in exc.path)}': {exc.message}"
+    return None
+
+
 def schema_problem(schema: Mapping[str, Any]) -> str | None:
     """Why ``schema`` is not a valid JSON Schema (where, and what), or None if it is.
 
@@ -181,19 +207,68 @@ def schema_problem(schema: Mapping[str, Any]) -> str | None:
         if digest in _schema_checks:
             _schema_checks.move_to_end(digest)
             return _schema_checks[digest]
-    parsed = json.loads(text)
-    problem: str | None = None
-    try:
-        jsonschema.validators.validator_for(parsed, default=jsonschema.Draft202012Validator).check_schema(
-            parsed
-        )
-    except JSONSchemaError as exc:
-        problem = f"'{'/'.join(str(p) for p in exc.path)}': {exc.message}"
+    problem = metaschema_problem(json.loads(text))
     with _lock:
         _schema_checks[digest] = problem
         while len(_schema_checks) > SCHEMA_CHECKS_KEPT:
             _schema_checks.popitem(last=False)
     return problem
+
+
+class SpecSource:
+    """One session's way from a definition to its shared spec.
+
+    A pure function of the definition for a given minifier. ``ahead`` holds the specs
+    ``register_tools`` just checked, so its own commit does not look them up again.
+    """
+
+    def __init__(self, minify: Minify) -> None:
+        self.minify = minify
+        self.ahead: dict[str, ToolSpec] = {}
+
+    def spec(self, tool: JSONObject) -> ToolSpec:
+        """The spec of a registered definition (``SessionState``'s ``spec_of``)."""
+        spec = self.ahead.get(tool["name"])
+        if spec is not None and spec.definition is tool:
+            return spec
+        # Replay (or another writer's entry): found by hash, or made once for the process.
+        return checked_spec(tool, self.minify)
+
+    @property
+    def shown_by(self) -> str | None:
+        """What makes the minified views and counts, for checkpoints; None: not nameable.
+
+        What a tool is shown as depends on the session's minifier, which a checkpoint cannot
+        name; views are kept only for the default one (and the same tokenizer).
+        """
+        return f"minify_tool/{tokenizer_name()}" if self.minify is minify_tool else None
+
+    def restore(
+        self, name: str, definition: JSONObject, digest: str, shown: JSONObject | None, tokens: int
+    ) -> ToolSpec:
+        """A tool read back from a checkpoint: verified by hash, and shared (``shared_spec``)."""
+        return shared_spec(name, definition, digest, self.minify, shown, tokens)
+
+
+def checked_tool(raw: object, where: str) -> JSONObject:
+    """``raw`` parsed, once it passed the checks ``register_tools`` makes of a new definition.
+
+    The one place a definition's depth, shape and JSON Schema validity are checked: sessions
+    check here before they journal a tool, and the gateway before it offers one.
+
+    Raises:
+        InvalidInput: a malformed definition, or one nested too deep.
+        SchemaError: an ``inputSchema`` that is not a valid JSON Schema.
+    """
+    check_definition_depth(raw, where)  # before anything recurses into it
+    tool = parse_tool(raw, where=where)
+    problem = schema_problem(tool["inputSchema"])
+    if problem is not None:
+        raise SchemaError(
+            f"{where} ({tool['name']}): inputSchema is not a valid JSON Schema at {problem}",
+            where=f"{where}.inputSchema",
+        )
+    return tool
 
 
 def _sizes() -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Every state a journal replay can reach satisfies them; a state that breaks one came from a
 damaged or forged checkpoint (or journal). Each function returns the first problem found, as
-text, or None. They read the session's private state directly and only read it.
+text, or None. They read a ``SessionState`` and only read it.
 
 Tools:
     - every tool has a state, and its pinned hash and mutation flag are those of its definition;
@@ -15,7 +15,7 @@ Tools:
 
 Spans:
     - span ids are ``s1 .. sN`` with no gap, each with a state;
-    - a span that left the window has its bytes in the content store (``_stored``); a resident
+    - a span that left the window has its bytes in the content store (``stored``); a resident
       span whose bytes are not stored has its text in memory;
     - no precondition span is evicted (it leaves only as a pointer);
     - a summary's provenance names earlier spans, and its depth is ``1 + max(their depths)``.
@@ -27,18 +27,13 @@ Chains:
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from residency._core._lifecycle import TOOL_LIFECYCLE, SpanState, ToolState
 from residency._core._spans import summary_depth
+from residency._core._state import SessionState
 from residency._core._tools import definition_hash, is_mutation
 
-if TYPE_CHECKING:
-    from residency._chain_ops import ChainOps
-    from residency._span_ops import SpanOps
-    from residency._tool_ops import ToolOps
-
-__all__ = ["chain_problem", "span_problem", "tool_problem"]
+__all__ = ["chain_problem", "span_problem", "state_problem", "tool_problem"]
 
 
 def _numbered(ids: list[str], prefix: str) -> str | None:
@@ -49,9 +44,9 @@ def _numbered(ids: list[str], prefix: str) -> str | None:
     return f"id {found!r} where {prefix}{i} should be (ids run {prefix}1, {prefix}2, ... with no gap)"
 
 
-def tool_problem(s: ToolOps) -> str | None:
+def tool_problem(s: SessionState) -> str | None:
     """The first broken tool or call invariant, or None."""
-    tools, states = s._tools, s._states
+    tools, states = s.tools, s.states
     if states.keys() != tools.keys():
         return "tool states do not match the registered tools"
     for name, spec in tools.items():
@@ -61,7 +56,7 @@ def tool_problem(s: ToolOps) -> str | None:
             return f"tool {name!r} is pinned to a hash that is not its definition's"
         if spec.mutation != is_mutation(spec.definition):
             return f"tool {name!r} has a mutation flag its definition does not give"
-    calls = s._calls
+    calls = s.calls
     problem = _numbered(list(calls), "c")
     if problem is not None:
         return f"calls: {problem}"
@@ -72,16 +67,16 @@ def tool_problem(s: ToolOps) -> str | None:
     uses = Counter(r.tool for r in records)
     if not uses.keys() <= tools.keys():
         return f"calls name unknown tools {sorted(uses.keys() - tools.keys())}"
-    kept = s._resident
+    kept = s.resident
     if not all(calls.get(i) is r for i, r in kept.items()):  # one object in both, always
         return "a resident call is not a call of the record"
     resident = Counter(r.tool for r in kept.values())
     total = sum(r.argument_tokens for r in kept.values())
-    if {n: c for n, c in s._resident_by_tool.items() if c} != resident:
+    if {n: c for n, c in s.resident_by_tool.items() if c} != resident:
         return "the per-tool counts of resident calls disagree with the resident calls"
-    if s._argument_total != total:
-        return f"the resident argument total is {s._argument_total}, the resident calls hold {total}"
-    if {n: c for n, c in s._uses.items() if c} != uses:
+    if s.argument_total != total:
+        return f"the resident argument total is {s.argument_total}, the resident calls hold {total}"
+    if {n: c for n, c in s.uses.items() if c} != uses:
         return "the per-tool use counts disagree with the call record"
     for name, count in resident.items():
         if TOOL_LIFECYCLE.is_ghost_target(states[name]):
@@ -89,14 +84,14 @@ def tool_problem(s: ToolOps) -> str | None:
                 f"tool {name!r} is {states[name].value} while {count} call(s) of its arguments are "
                 f"visible and no tombstone is shown (a ghost tool)"
             )
-    if not s._last_turn.keys() <= tools.keys() or any(t > s._turn for t in s._last_turn.values()):
+    if not s.last_turn.keys() <= tools.keys() or any(t > s.turn for t in s.last_turn.values()):
         return "a tool was last used after the current turn, or is unknown"
     return None
 
 
-def span_problem(s: SpanOps) -> str | None:
+def span_problem(s: SessionState) -> str | None:
     """The first broken span invariant, or None."""
-    spans, states, stored, texts = s._spans, s._span_states, s._stored, s._texts
+    spans, states, stored, texts = s.spans, s.span_states, s.stored, s.texts
     problem = _numbered(list(spans), "s")
     if problem is not None:
         return f"spans: {problem}"
@@ -128,13 +123,20 @@ def span_problem(s: SpanOps) -> str | None:
     return None
 
 
-def chain_problem(s: ChainOps) -> str | None:
+def chain_problem(s: SessionState) -> str | None:
     """The first broken chain invariant, or None."""
-    tools = s._tools
-    for record in s._archive:
+    tools = s.tools
+    for record in s.archive:
         unknown = [n for n in record.topology if n not in tools]
         if unknown:
             return f"archived chain {record.digest[:12]} names unknown tools {unknown}"
-    if not s._shared <= tools.keys():
+    if not s.shared <= tools.keys():
         return "a tool marked shared is unknown"
     return None
+
+
+def state_problem(s: SessionState) -> str | None:
+    """The first broken invariant of the whole state, or None."""
+    if isinstance(s.turn, bool) or not isinstance(s.turn, int) or s.turn < 0:
+        return f"turn {s.turn!r} is not a turn number"
+    return tool_problem(s) or span_problem(s) or chain_problem(s)

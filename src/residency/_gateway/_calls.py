@@ -1,0 +1,391 @@
+"""The gateway's ``tools/call`` handler: each call is a turn of its session.
+
+Theory of operation
+-------------------
+A ``tools/call`` runs in four steps:
+
+1. a meta-tool runs against the session; any other call is admitted by the session first
+   (withheld, archived, invalid arguments, chain collision: refused with the tombstone or error
+   text, never forwarded), which records its arguments (they are in the model's transcript
+   now), and is forwarded upstream with a timeout;
+2. the session plans the next turn (``plan_turn``), so a tool unused for a while is demoted
+   under budget pressure, and a demoted tool with visible arguments is tombstoned;
+3. the tombstones the call created are appended to its result (they are not in the list);
+4. if what the client sees changed, it is told (``Gateway._announce``).
+
+Step 1 raises domain errors; ``refusals_as_results`` turns a refusal into the call's result
+(the turn goes on), and the handler's ``protocol_errors`` boundary turns anything else into a
+JSON-RPC error (see ``_errors``). A call to an evicted tool (no arguments of it in the
+transcript, so it cannot be a ghost call) whose arguments validate against the full schema is
+admitted: the tool is re-expanded implicitly. A tombstoned tool stays refused until it is
+re-expanded explicitly.
+
+Rug pulls. An upstream may change a tool's definition at any time: after announcing it
+(``tools/list_changed``), silently, or across a restart. The catalog remembers which version of
+each upstream's list it was built from, and a call is forwarded only under the definition the
+session pinned when the call came in:
+
+1. the call is admitted against the session's pin (a session that missed a catalog update
+   catches up first), which records its arguments;
+2. if the upstream's list may have moved (a change announced or being listed, the connection
+   down, or ``relist_interval`` seconds since the last listing), it is brought up to date
+   first: restarted (a start lists) or re-listed, waiting for a relist already in flight, and
+   a changed list is applied to the catalog and every open session;
+3. if the tool's definition is no longer the one pinned at step 1, the call is not sent: the
+   session has re-registered it, and the redefinition tombstoned it (its arguments are visible),
+   so the agent gets the tombstone and ``reexpand_tools`` gives the new schema. A tool renamed
+   (even only in case) is a new tool; the old name is offered by no one and is never routed to
+   the new definition.
+
+The upstream refuses to send a call checked against a version of its list that has moved since
+(``ToolsChanged``), which closes the gap between steps 2 and 3 and the send. Step 2 costs
+nothing on most calls (two comparisons); a listing round trip happens at most once per
+``relist_interval`` per upstream, or after an announcement, so a silent change is noticed
+within that interval. Announcements are coalesced (see ``_upstream``).
+
+The gateway assumes call arguments stay in the transcript (it cannot edit it), so the planner
+gets no argument budget, unless the host takes part: a host that sends
+``_meta["residency/evicted_calls"]`` (call ids it dropped; each forwarded result names its call
+id in ``_meta["residency/call"]``) gets the configured argument budget and the planner's
+evictions in ``_meta["residency/evict"]``.
+
+Phases (the config's ``phases``) favour their tools while active. The agent's own calls select
+one: a forwarded call to a tool outside the active phase activates the first configured phase
+that has it. A host that knows better sends ``_meta["residency/phase"]`` (a phase name; ``""`` or
+null for none) on a ``tools/call``; from then on it alone chooses that session's phase.
+
+Another gateway may journal to the same session (one store, one session key). A
+``SessionConflict`` means this gateway's copy was behind: it has caught up and applied nothing,
+so unless the call was already admitted (and so may have been forwarded), the work runs once
+more on the new state. A second conflict is the caller's to retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Never
+
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+
+from residency._core._lifecycle import ToolState
+from residency._core._tools import JSONObject
+from residency._errors import NotFound, ResidencyError, SessionConflict, UnknownPhase, UpstreamFailure
+from residency._gateway import _meta_tools as meta
+from residency._gateway import _resources as res
+from residency._gateway._aggregate import CatalogEntry
+from residency._gateway._config import Secrets
+from residency._gateway._errors import protocol_errors, redact_result, refusals_as_results, rule_for
+from residency._gateway._sessions import GatewaySession
+from residency._gateway._upstream import ToolsChanged, Upstream
+from residency._runtime import Session, TurnPlan
+
+if TYPE_CHECKING:
+    from residency._gateway._server import Gateway
+
+__all__ = [
+    "CALL_META_KEY",
+    "EVICTED_META_KEY",
+    "EVICT_META_KEY",
+    "PHASE_META_KEY",
+    "TOMBSTONE_NOTICE",
+    "ToolCalls",
+]
+
+logger = logging.getLogger("residency.gateway")
+
+CALL_META_KEY = "residency/call"
+EVICTED_META_KEY = "residency/evicted_calls"
+EVICT_META_KEY = "residency/evict"
+PHASE_META_KEY = "residency/phase"
+TOMBSTONE_NOTICE = "Withheld now:"
+"""The first line of the text block a call's result gets when the call created tombstones."""
+_SEND_ATTEMPTS = 3
+
+
+class ToolCalls:
+    """The ``tools/call`` handler of one gateway (see the module docstring).
+
+    Args:
+        gateway: the gateway whose catalog, upstreams and sessions the calls use.
+    """
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gw = gateway
+        self.secrets: Secrets = gateway.secrets
+        # The phase a call to each tool selects: the first configured phase that has it.
+        self._phase_of: dict[str, str] = {}
+        for phase, names in gateway.config.residency.phases.items():
+            for name in names:
+                self._phase_of.setdefault(name, phase)
+
+    @protocol_errors
+    async def handle(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        """Answer one ``tools/call`` (retried once on a ``SessionConflict``, see the module docstring)."""
+        extra_meta: JSONObject = {}
+        try:
+            return await self._turn(ctx, params, extra_meta)
+        except SessionConflict:
+            if CALL_META_KEY in extra_meta:
+                raise
+        return await self._turn(ctx, params, {})
+
+    async def _turn(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams, extra_meta: JSONObject
+    ) -> types.CallToolResult:
+        gw = self._gw
+        gs = gw._request_session(ctx)
+        s = gs.session
+        name = params.name
+        arguments: JSONObject = dict(params.arguments or {})
+        phase = self._host_phase(gs, ctx)
+        self._host_evictions(gs, ctx)
+        before = gs.view(gw.catalog)
+        if name in meta.META_TOOLS:
+            result = await refusals_as_results(
+                self._meta_call(gs, name, arguments), self.secrets, structured=True
+            )
+        else:
+            result = await refusals_as_results(self._forward(gs, name, arguments, extra_meta), self.secrets)
+            if CALL_META_KEY in extra_meta and not gs.host_sets_phase:
+                phase = self._phase_after_call(phase, name)
+        budget = gw._turn_budget(gs)
+        plan: TurnPlan | None = None
+        try:
+            try:
+                plan = s.plan_turn(budget, phase=phase)
+            except SessionConflict:
+                plan = s.plan_turn(budget, phase=phase)  # caught up: planned on the new state
+        except SessionConflict:
+            # The call's own work is done (it may have been forwarded): its result is not
+            # dropped for a plan. Losing a plan leaves a more cautious state; the next request
+            # plans the turn.
+            logger.warning("session %s: another writer keeps changing it; turn not planned", gs.key)
+        if plan is not None and gs.host_applies_evictions and plan.evictions:
+            extra_meta[EVICT_META_KEY] = list(plan.evictions)
+        _add_tombstone_notice(result, before[1], gs.view(gw.catalog)[1])
+        await gw._announce(gs, before, current=ctx)
+        if gw._fanout is not None and gs.view(gw.catalog) != before:
+            await gw._fanout.notify(s.session_id)  # clients of other replicas hear of it too
+        if extra_meta:
+            # The result is this call's own (fresh from the upstream client or a meta-tool).
+            result.meta = {**(result.meta or {}), **extra_meta}
+        return result
+
+    async def _meta_call(self, gs: GatewaySession, name: str, arguments: JSONObject) -> types.CallToolResult:
+        handler = {
+            meta.SEARCH_TOOLS: meta.search_tools,
+            meta.REEXPAND_TOOLS: meta.reexpand_tools,
+            meta.CHECK_CHAIN: meta.check_chain,
+            meta.ARCHIVE_CHAIN: meta.archive_chain,
+            meta.READ_SPAN: meta.read_span,
+        }[name]
+        result = handler(gs.session, self._gw.catalog, arguments)
+        if name == meta.REEXPAND_TOOLS and not result.is_error:
+            names = [t["name"] for t in (result.structured_content or {}).get("tools", ())]
+            self._gw.telemetry.reexpanded(gs.key, names, implicit=False)
+        return result
+
+    async def _forward(
+        self, gs: GatewaySession, name: str, arguments: JSONObject, extra_meta: JSONObject
+    ) -> types.CallToolResult:
+        """Admit a call and forward it upstream.
+
+        Raises:
+            ResidencyError: the call is refused, or the upstream failed (``UpstreamFailure``).
+        """
+        gw = self._gw
+        s = gs.session
+        entry = gw.catalog.get(name)
+        if entry is None:
+            down = self._upstreams_down()
+            if name not in s.tools():
+                if down:
+                    raise self._down_failure(name, down)  # it may be one of theirs: say so
+                raise NotFound(f"unknown tool {name!r}: use {meta.SEARCH_TOOLS} to find tools", tool=name)
+            self._not_offered(gs, name, arguments, down)
+        if not _pinned(s, name, entry.hash):
+            # The session missed a catalog update (or was opened from an older journal).
+            s.register_tools(gw.catalog.definitions())
+        evicted = s.state(name) is ToolState.EVICTED
+        try:
+            record = s.admit_call(name, arguments, reexpand_evicted=True)
+        except ResidencyError as exc:
+            self._refused(gs, name, exc)
+            raise
+        if evicted:
+            gw.telemetry.reexpanded(gs.key, (name,), implicit=True)
+        extra_meta[CALL_META_KEY] = record.id
+        started = time.perf_counter()
+        try:
+            result = await self._send(gs, entry, arguments)
+        except UpstreamFailure:
+            gw.telemetry.forwarded(gs.key, name, entry.server, time.perf_counter() - started, ok=False)
+            raise
+        if result is None:  # its definition changed under the call: not sent
+            self._redefined_under_call(gs, name, arguments)
+        gw.telemetry.forwarded(
+            gs.key, name, entry.server, time.perf_counter() - started, ok=not result.is_error
+        )
+        # An upstream may quote its own env or headers, in an isError result above all.
+        # Offloaded after redaction: what the store keeps is what the client may see.
+        return res.offload_result(s, redact_result(result, self.secrets), name, gw.config.residency.spans)
+
+    async def _send(
+        self, gs: GatewaySession, entry: CatalogEntry, arguments: JSONObject
+    ) -> types.CallToolResult | None:
+        """Forward an admitted call under the definition it was admitted against (see "Rug pulls"
+        in the module docstring); None if that definition is no longer the upstream's.
+
+        Raises:
+            UpstreamFailure: the upstream failed, or did not answer (or list its tools) in time.
+        """
+        gw = self._gw
+        upstream = gw.upstreams[entry.server]
+        for _ in range(_SEND_ATTEMPTS):
+            if not upstream.current(gw.relist_interval) or upstream.version != gw._applied.get(entry.server):
+                await gw._refresh(upstream, gw.relist_interval)
+                now = gw.catalog.get(entry.name)
+                if now is None or now.hash != entry.hash or not _pinned(gs.session, entry.name, entry.hash):
+                    return None
+            try:
+                return await upstream.call(
+                    entry.upstream_name, arguments, version=gw._applied.get(entry.server)
+                )
+            except ToolsChanged:
+                continue  # its list moved after the check above: check again
+        raise UpstreamFailure(
+            f"upstream {entry.server!r} kept changing its tools; {entry.name!r} was not sent",
+            server=entry.server,
+        )
+
+    def _not_offered(
+        self, gs: GatewaySession, name: str, arguments: JSONObject, down: list[Upstream]
+    ) -> Never:
+        """A call to a tool the session knows but no upstream offers now: never forwarded.
+
+        Raises:
+            ResidencyError: the session's refusal, else ``UpstreamFailure`` naming why.
+        """
+        gs.session.authorize_call(name, arguments)  # a refusal still reads as one
+        if down:
+            raise self._down_failure(name, down)
+        raise UpstreamFailure(f"{name}: no upstream offers this tool any more", server="")
+
+    def _redefined_under_call(self, gs: GatewaySession, name: str, arguments: JSONObject) -> Never:
+        """The tool's definition changed between the call's admission and its sending.
+
+        Raises:
+            ResidencyError: the refusal (its arguments are resident now, so the redefinition
+                tombstoned it), else ``UpstreamFailure`` saying it was not sent.
+        """
+        gw = self._gw
+        if name not in gw.catalog:  # gone, or renamed (a name differing only in case is another tool)
+            self._not_offered(gs, name, arguments, self._upstreams_down())
+        gs.session.register_tools(gw.catalog.definitions())
+        try:
+            gs.session.authorize_call(name, arguments)
+        except ResidencyError as exc:
+            self._refused(gs, name, exc)
+            raise
+        raise UpstreamFailure(
+            f"{name}: its definition changed upstream while the call was made; it was not sent. "
+            f"Call {meta.REEXPAND_TOOLS} to see the new definition.",
+            server=gw.catalog.get(name).server,  # type: ignore[union-attr]
+        )
+
+    def _refused(self, gs: GatewaySession, name: str, exc: ResidencyError) -> None:
+        rule = rule_for(exc)
+        self._gw.telemetry.refused(gs.key, name, rule.reason if rule is not None else type(exc).__name__)
+
+    def _host_phase(self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The phase this turn is planned in: the host's choice if it sent one, else the session's.
+
+        Raises:
+            UnknownPhase: the host named a phase the config does not define (nothing is changed).
+        """
+        meta_in: Mapping[str, Any] = ctx.meta if isinstance(ctx.meta, dict) else {}
+        phases = self._gw.config.residency.phases
+        if PHASE_META_KEY not in meta_in:
+            current = gs.session.phase
+            return current if current in phases else None  # a phase dropped from the config ends
+        chosen = meta_in[PHASE_META_KEY]
+        if chosen == "":
+            chosen = None  # some SDKs drop nulls from _meta: an empty name also means none
+        if chosen is not None and (not isinstance(chosen, str) or chosen not in phases):
+            known = tuple(sorted(phases))
+            raise UnknownPhase(
+                f'_meta[{PHASE_META_KEY!r}] must name a configured phase, or be "" for none; '
+                f"known: {list(known)}",
+                phases=known,
+            )
+        gs.host_sets_phase = True
+        return chosen
+
+    def _phase_after_call(self, phase: str | None, tool: str) -> str | None:
+        """The agent's call selects the phase: the active one if it has the tool, else the first that does."""
+        if phase is not None and tool in self._gw.config.residency.phases.get(phase, ()):
+            return phase
+        return self._phase_of.get(tool, phase)
+
+    def _host_evictions(self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> None:
+        meta_in = ctx.meta if isinstance(ctx.meta, dict) else {}
+        ids = meta_in.get(EVICTED_META_KEY)
+        if not isinstance(ids, list):
+            return
+        gs.host_applies_evictions = True
+        s = gs.session
+        # Ids this session never issued are ignored; already-evicted ones change nothing.
+        known = [i for i in ids if isinstance(i, str) and _is_call(s, i)]
+        if known:
+            s.evict_arguments(*known)
+
+    def _upstreams_down(self) -> list[Upstream]:
+        return [u for u in self._gw.upstreams.values() if not u.connected]
+
+    @staticmethod
+    def _down_failure(tool: str, down: list[Upstream]) -> UpstreamFailure:
+        states = ", ".join(
+            f"{u.name} ({'still starting' if u.starting else u.last_error or 'not connected'})" for u in down
+        )
+        return UpstreamFailure(
+            f"{tool}: no running upstream offers this tool; down: {states}. It may be one of theirs: "
+            f"retry when the upstream is back.",
+            server=",".join(u.name for u in down),
+        )
+
+
+def _pinned(session: Session, name: str, digest: str) -> bool:
+    """Whether the session pins ``name`` at ``digest`` (one dict lookup: on every call's path)."""
+    try:
+        return session.tool(name).hash == digest
+    except NotFound:
+        return False
+
+
+def _add_tombstone_notice(
+    result: types.CallToolResult, before: tuple[str, ...], after: tuple[str, ...]
+) -> None:
+    """Append the tombstones this call created to its result, as one more text block.
+
+    Tombstones are not in the tool list (it would change, and the host's cached prompt with
+    it, whenever a tool is withheld); the model learns of them here, in the result of the call
+    that creates them, and from ``residency://tombstones``.
+    """
+    known = set(before)
+    new = [line for line in after if line not in known]
+    if new:
+        notice = types.TextContent(type="text", text="\n".join([TOMBSTONE_NOTICE, *new]))
+        result.content = [*result.content, notice]
+
+
+def _is_call(session: Session, call_id: str) -> bool:
+    try:
+        session.call(call_id)
+    except NotFound:
+        return False
+    return True
