@@ -185,6 +185,11 @@ class ToolCalls:
             meta.READ_SPAN: meta.read_span,
         }[name]
         result = handler(gs.session, self._gw.catalog, arguments)
+        if name == meta.ARCHIVE_CHAIN and not result.is_error and self._gw._fanout is None:
+            # The other sessions this gateway holds adopt the chain now and hear of it where
+            # their view moves. (With PostgreSQL the store's notice does this on every replica,
+            # this one included; other processes on a SQLite file adopt it at their next request.)
+            await self._gw._archive_grew("")
         if name == meta.REEXPAND_TOOLS and not result.is_error:
             names = [t["name"] for t in (result.structured_content or {}).get("tools", ())]
             self._gw.telemetry.reexpanded(gs.key, names, implicit=False)
