@@ -59,16 +59,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
-from urllib.parse import quote, unquote, urlsplit
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from residency._errors import (
@@ -78,8 +75,8 @@ from residency._errors import (
     StoreError,
     StoreUnavailable,
 )
-from residency._store import redact_url
 from residency._store._postgres_schema import SCHEMA_VERSION, migrate
+from residency._store._postgres_url import DEFAULT_SCHEMA, scrub, setting, split_url
 from residency._store._protocol import (
     JournalEntry,
     check_archive_record,
@@ -101,8 +98,6 @@ __all__ = [
     "channel_of",
 ]
 
-DEFAULT_SCHEMA = "residency"
-"""The PostgreSQL schema a store uses when neither the URL nor the caller names one."""
 DEFAULT_POOL_SIZE = 4
 """Connections a store opens at most (URL parameter ``pool_size``)."""
 DEFAULT_TIMEOUT = 10.0
@@ -110,12 +105,10 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
 """Seconds one connection attempt may take (libpq's ``connect_timeout``)."""
 _SCHEMES = ("postgresql://", "postgres://")
-_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
 SESSION_NOTICE = "s"
 """Payload prefix of a notice that a session's view changed (``s:SESSION_ID``)."""
 ARCHIVE_NOTICE = "a"
 """Payload prefix of a notice that an archive scope gained a chain (``a:SCOPE``)."""
-_OWN_PARAMETERS = ("schema", "pool_size", "pool_timeout")  # read by the store, not passed to libpq
 _RACES = 8  # appends without ``after`` that lose a race retry this often before giving up
 _PART = 64 << 20  # checkpoint part size, as in SQLite (one bytea value may not exceed 1 GB)
 
@@ -139,75 +132,9 @@ SELECT head.last, (SELECT count(*) FROM added) FROM head
 T = TypeVar("T")
 
 
-# -- URLs ----------------------------------------------------------------------------------------
-
-
-def _split(
-    url: str, schema: str | None
-) -> tuple[str, str, str, tuple[str, ...], dict[str, Any], dict[str, str]]:
-    """(libpq URL without our own parameters, schema, redacted URL, secrets to scrub, libpq
-    parameters, our own parameters: ``schema``, ``pool_size``, ``pool_timeout``)."""
-    shown = redact_url(url)
-    try:
-        urlsplit(url).port  # noqa: B018 (raises ValueError for a port that is not a number)
-    except ValueError:
-        raise ConfigError(f"{shown}: not a valid PostgreSQL URL", where="store") from None
-    # The query is filtered as text: decoding and re-encoding it would change what libpq reads
-    # (it takes "+" literally, for one).
-    base, _, query = url.partition("?")
-    items = [item for item in query.split("&") if item]
-    ours = {k: unquote(v) for k, _, v in (i.partition("=") for i in items) if k in _OWN_PARAMETERS}
-    kept = [i for i in items if i.partition("=")[0] not in _OWN_PARAMETERS]
-    rest = f"{base}?{'&'.join(kept)}" if kept else base
-    if schema is None:
-        schema = ours.get("schema", DEFAULT_SCHEMA)
-    try:
-        params = conninfo_to_dict(rest)
-    except psycopg.Error as exc:
-        raise ConfigError(f"{shown}: not a valid PostgreSQL URL: {exc}", where="store") from None
-    password = params.get("password")
-    secrets = (str(password), quote(str(password), safe="")) if password else ()
-    message = _scrub(f"{shown}: ", secrets)
-    if not _IDENTIFIER.match(schema):
-        raise ConfigError(
-            f"{message}schema {schema!r} is not a plain PostgreSQL name "
-            f"(lowercase letters, digits and '_', not starting with a digit)",
-            where="schema",
-        )
-    return rest, schema, shown, secrets, params, ours
-
-
 def channel_of(schema: str) -> str:
     """The ``LISTEN/NOTIFY`` channel of a store schema (bounded to PostgreSQL's 63-byte names)."""
     return "residency_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
-
-
-def _setting(
-    given: float | None, in_url: str | None, default: float, name: str, kind: type[int] | type[float]
-) -> Any:
-    """A pool setting: the keyword argument, else the URL's parameter, else the default."""
-    value: Any = given if given is not None else in_url if in_url not in (None, "") else default
-    if isinstance(value, str):
-        try:
-            value = kind(value)
-        except ValueError:
-            value = None
-    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value) and value > 0
-    if kind is int and not isinstance(value, int):
-        ok = False
-    if not ok:
-        what = "a positive integer" if kind is int else "a positive number of seconds"
-        raise ConfigError(
-            f"{name} must be {what}, not {given if given is not None else in_url!r}", where=name
-        )
-    return kind(value)
-
-
-def _scrub(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 class PostgresStore:
@@ -255,10 +182,10 @@ class PostgresStore:
     ) -> None:
         if not isinstance(url, str) or not url.startswith(_SCHEMES):
             raise ConfigError("a PostgreSQL store URL starts with 'postgresql://'", where="store")
-        self._conninfo, self._schema, self._url, self._secrets, params, ours = _split(url, schema)
-        size = _setting(pool_size, ours.get("pool_size"), DEFAULT_POOL_SIZE, "pool_size", int)
-        self._timeout = _setting(timeout, ours.get("pool_timeout"), DEFAULT_TIMEOUT, "pool_timeout", float)
-        connect = _setting(
+        self._conninfo, self._schema, self._url, self._secrets, params, ours = split_url(url, schema)
+        size = setting(pool_size, ours.get("pool_size"), DEFAULT_POOL_SIZE, "pool_size", int)
+        self._timeout = setting(timeout, ours.get("pool_timeout"), DEFAULT_TIMEOUT, "pool_timeout", float)
+        connect = setting(
             connect_timeout, params.get("connect_timeout"), DEFAULT_CONNECT_TIMEOUT, "connect_timeout", float
         )
         # libpq counts whole seconds (and takes 1 as 2): round up, never below 2.
@@ -339,11 +266,11 @@ class PostgresStore:
             # The server is away (down, restarting, unreachable, or it dropped our connections):
             # nothing about the data is wrong, and the pool reconnects by itself.
             return self._unavailable(f"{what} failed, nothing was changed: {detail}")
-        return StoreError(_scrub(f"{self._url}: {what} failed: {detail}", self._secrets))
+        return StoreError(scrub(f"{self._url}: {what} failed: {detail}", self._secrets))
 
     def _unavailable(self, detail: str) -> StoreUnavailable:
         return StoreUnavailable(
-            _scrub(
+            scrub(
                 f"store {self._url} is unavailable (PostgreSQL cannot be reached): {detail}. "
                 f"Retry when the server is back; the store reconnects by itself",
                 self._secrets,
