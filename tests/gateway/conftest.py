@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, cast
 
@@ -15,6 +15,7 @@ from residency._gateway import Gateway, IncidentDesk, parse_config
 from residency._gateway._connection import SESSION_META_KEY
 from residency._store._protocol import Store
 from tests._timing import START
+from tests.postgres import drop_schema, new_schema, pg_url, with_params
 
 ERAS = ("legacy", "modern")
 
@@ -134,3 +135,14 @@ async def agent(gateway: Gateway, era: str, key: str = "agent-1") -> AsyncIterat
         holder.append(a)
         await a.tools()  # the session opens in this agent's era
         yield a
+
+
+@pytest.fixture
+def store_url() -> Iterator[str]:
+    """A PostgreSQL store URL on a schema of its own, dropped afterwards (skips without one)."""
+    base = pg_url()
+    schema = new_schema()
+    try:
+        yield with_params(base, schema=schema)
+    finally:
+        drop_schema(base, schema)

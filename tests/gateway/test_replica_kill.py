@@ -18,7 +18,7 @@ import random
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +39,6 @@ from residency._store import open_store
 from tests.clients._serve import _SERVING, ROOT, SERVE, STARTUP, _close, _kill_group
 from tests.gateway import slow_upstream
 from tests.gateway.test_replicas import assert_sound
-from tests.postgres import drop_schema, new_schema, pg_url, with_params
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -47,16 +46,6 @@ KILLS = 20
 KEY = "killed-1"
 DELAY = 0.4  # seconds the upstream's ``work`` takes: the window the kill lands in
 RESOURCES = (TOOLS, TOMBSTONES, EVENTS, CHAINS)
-
-
-@pytest.fixture
-def store_url() -> Iterator[str]:
-    base = pg_url()
-    schema = new_schema()
-    try:
-        yield with_params(base, schema=schema)
-    finally:
-        drop_schema(base, schema)
 
 
 @dataclass

@@ -8,7 +8,7 @@ own (dropped afterwards) and drives one session through a real ``mcp.Client`` pe
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,6 @@ from residency._store._sqlite import SQLiteStore
 from tests.clients._serve import http_serve
 from tests.gateway.conftest import reason, text
 from tests.incident_tools import incident_tools
-from tests.postgres import drop_schema, new_schema, pg_url, with_params
 
 META_TOOLS = listed_meta_tools(chains=False, offload=False)  # a fresh session: no chain yet, no offloading
 
@@ -79,16 +78,6 @@ class Replica:
             assert not (await self.call(REEXPAND_TOOLS, {"names": [name]})).is_error
             result = await self.call(name, arguments)
         return result
-
-
-@pytest.fixture
-def store_url() -> Iterator[str]:
-    base = pg_url()
-    schema = new_schema()
-    try:
-        yield with_params(base, schema=schema)
-    finally:
-        drop_schema(base, schema)
 
 
 @asynccontextmanager
