@@ -16,15 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from residency._cli._inspect import _open
 from residency._core._chains import ChainRecord
-from residency._errors import ConfigError, InvalidInput, ResidencyError
+from residency._errors import InvalidInput, ResidencyError
 from residency._gateway._config import load_config
 from residency._runtime import Session
-from residency._store import open_store, redact_url
-from residency._store._protocol import DEFAULT_SCOPE, Store
+from residency._store import redact_url
+from residency._store._protocol import DEFAULT_SCOPE
 
 __all__ = ["add_parser"]
 
@@ -66,15 +66,6 @@ def add_parser(sub: Any) -> None:
     revoke.add_argument("--retry", action="store_true", help="run the revocation hook for each of them")
     revoke.add_argument("--config", metavar="PATH", help="gateway config with residency.revoke_command")
     revoke.set_defaults(run=_revoke)
-
-
-def _open(location: str) -> Store:
-    url = location if "://" in location or location.startswith("memory:") else f"sqlite:///{location}"
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///") :])
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such store file", where="store")
-    return open_store(url, create=False)  # an operator command never creates or upgrades a store
 
 
 def _fail(message: object) -> int:

@@ -44,7 +44,7 @@ def _open(location: str) -> Store:
         path = Path(url[len("sqlite:///") :])
         if not path.is_file():
             raise ConfigError(f"{path}: no such store file", where="store")
-    return open_store(url, create=False)  # read-only: never create or upgrade a store
+    return open_store(url, create=False)  # the commands never create or upgrade a store
 
 
 def run(args: argparse.Namespace) -> int:
