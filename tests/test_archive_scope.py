@@ -121,8 +121,9 @@ def test_a_new_session_starts_with_the_scope_s_chains_and_their_retirements() ->
     b = opened(store, "b")  # a successor: a fresh session id on the same store
     assert b.chains() == [record]
     assert b.archive_digest() == a.archive_digest()
-    # b has no calls of its own, so both prefix tools are out of its active index.
-    assert b.tools(ToolState.ARCHIVED) == ["search_api_v2", "html_parser"]
+    # b has no calls of its own, but a's search outside the run is a use in the scope: only
+    # html_parser leaves b's active index.
+    assert b.tools(ToolState.ARCHIVED) == ["html_parser"]
     with pytest.raises(ToolArchived):
         b.authorize_call("html_parser", SMALL)
     assert not b.check_chain(["search_api_v2", "html_parser"], [{}, LARGE]).safe
@@ -276,6 +277,8 @@ def test_a_version_1_postgres_schema_is_upgraded_and_keeps_its_sessions(pg_schem
     with psycopg.connect(pg_url(), autocommit=True) as admin:  # back to what version 1 wrote
         s = sql.Identifier(schema)
         admin.execute(sql.SQL("DROP TABLE {}.chain_archive").format(s))
+        admin.execute(sql.SQL("DROP TABLE {}.scope_members").format(s))
+        admin.execute(sql.SQL("DROP INDEX {}.journal_calls").format(s))
         admin.execute(sql.SQL("DELETE FROM {}.residency_version WHERE version >= 2").format(s))
     with pytest.raises(StoreError):
         PostgresStore(pg_schema_url, create=False)  # a read-only open never upgrades
@@ -318,3 +321,83 @@ def test_two_writers_of_one_session_adopt_a_scope_chain_once_without_failing() -
     assert [e.op for e in store.load("shared")].count("archive_chain") == 1
     first.catch_up()
     assert first.archive_digest() == second.archive_digest()
+
+
+# -- uses elsewhere in the scope ----------------------------------------------------------------
+
+
+def calls(store: Any, session_id: str, *tools: str, at: float) -> None:
+    """Journal ``call`` entries straight into the store, one second apart from ``at``."""
+    from residency import JournalEntry
+
+    entries = [
+        JournalEntry("call", {"id": f"c{i}", "tool": tool, "arguments": {}, "tokens": 1}, at + i)
+        for i, tool in enumerate(tools)
+    ]
+    store.append(session_id, entries)
+
+
+def test_scope_calls_are_the_members_most_recent_calls_oldest_first(any_store: Any) -> None:
+    from residency import JournalEntry
+
+    store = any_store
+    assert store.scope_calls("default", 10) == []
+    calls(store, "a", "t1", "t2", at=100)
+    calls(store, "b", "t3", "t4", "t5", at=200)
+    calls(store, "outsider", "t6", at=300)  # never joined: not the scope's
+    store.append("b", [JournalEntry("turn", {}, 250)])  # not a call
+    store.join_scope("default", "a")
+    store.join_scope("default", "b")
+    store.join_scope("default", "b")  # idempotent
+    store.join_scope("other", "outsider")
+    every = [("a", "t1"), ("a", "t2"), ("b", "t3"), ("b", "t4"), ("b", "t5")]
+    assert store.scope_calls("default", 10) == every
+    assert store.scope_calls("default", 2) == [("b", "t4"), ("b", "t5")]
+    assert store.scope_calls("default", 10, exclude="b") == [("a", "t1"), ("a", "t2")]
+    assert store.scope_calls("other", 10) == [("outsider", "t6")]
+    assert store.scope_calls("default", 0) == []
+    with pytest.raises(InvalidInput):
+        store.scope_calls("", 10)
+    with pytest.raises(InvalidInput):
+        store.join_scope("", "a")
+
+
+def test_a_tool_used_outside_every_run_elsewhere_in_the_scope_stays_active_and_guarded(
+    any_store: Any,
+) -> None:
+    store = any_store
+    other = opened(store, "other")
+    use(other, "html_parser", SMALL)  # html_parser on a small payload: a use outside any run
+    use(other, "summarize", {"text": "..."})
+    stranger = opened(store, "stranger", archive_scope="elsewhere")
+    use(stranger, "search_api_v2", {"q": "x"})  # another scope's use counts for nothing here
+
+    a = opened(store, "a")  # fresh: its only html_parser call is inside the fatal run
+    abandon(a)
+    assert a.tools(ToolState.ARCHIVED) == ["search_api_v2"]
+    assert a.state("html_parser") is not ToolState.ARCHIVED
+    # Still guarded: the fatal run is refused, a small payload is not.
+    assert not a.check_chain(["search_api_v2", "html_parser"], [{}, LARGE]).safe
+    a.authorize_call("html_parser", SMALL)
+
+    b = opened(store, "b")  # a successor adopts the chain with the same judgement
+    assert b.tools(ToolState.ARCHIVED) == ["search_api_v2"]
+    with pytest.raises(ToolArchived):
+        b.authorize_call("search_api_v2", {"q": "prices"})
+    b.authorize_call("html_parser", SMALL)
+
+
+def test_uses_older_than_the_scope_window_do_not_count(
+    any_store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import residency._runtime._chains as chains
+
+    monkeypatch.setattr(chains, "REUSE_WINDOW", 2)
+    store = any_store
+    other = opened(store, "other")
+    use(other, "html_parser", SMALL)
+    use(other, "summarize", {"text": "1"})
+    use(other, "summarize", {"text": "2"})  # html_parser's use is now 3 calls back
+    a = opened(store, "a")
+    abandon(a)
+    assert a.tools(ToolState.ARCHIVED) == ["search_api_v2", "html_parser"]

@@ -361,8 +361,11 @@ def test_a_version_2_schema_gets_the_scope_index_when_a_gateway_opens_it(
     first = PostgresStore(url)
     assert first.archive_chain("default", {"digest": "d1"}) is True
     first.close()
-    admin.execute(sql.SQL("DROP INDEX {}.chain_archive_scope_pos").format(ident))  # what version 2 wrote
-    admin.execute(sql.SQL("DELETE FROM {}.residency_version WHERE version = 3").format(ident))
+    # Back to what version 2 wrote: no scope index (3), no scope members or call index (4).
+    admin.execute(sql.SQL("DROP INDEX {}.chain_archive_scope_pos").format(ident))
+    admin.execute(sql.SQL("DROP TABLE {}.scope_members").format(ident))
+    admin.execute(sql.SQL("DROP INDEX {}.journal_calls").format(ident))
+    admin.execute(sql.SQL("DELETE FROM {}.residency_version WHERE version >= 3").format(ident))
     with pytest.raises(StoreError, match="needs an upgrade"):
         PostgresStore(url, create=False)  # a read-only open never upgrades
     upgraded = PostgresStore(url)
@@ -371,10 +374,17 @@ def test_a_version_2_schema_gets_the_scope_index_when_a_gateway_opens_it(
     finally:
         upgraded.close()
     (found,) = admin.execute(
-        "SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexname = 'chain_archive_scope_pos'",
+        "SELECT count(*) FROM pg_indexes WHERE schemaname = %s "
+        "AND indexname IN ('chain_archive_scope_pos', 'journal_calls')",
         (schema,),
     ).fetchone()
-    assert found == 1
+    assert found == 2
+    upgraded = PostgresStore(url)
+    try:
+        upgraded.join_scope("default", "s1")  # the members table is back
+        assert upgraded.scope_calls("default", 10) == []
+    finally:
+        upgraded.close()
     versions = admin.execute(sql.SQL("SELECT version FROM {}.residency_version").format(ident)).fetchall()
     assert sorted(v for (v,) in versions) == list(range(1, SCHEMA_VERSION + 1))
 

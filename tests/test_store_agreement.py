@@ -131,6 +131,13 @@ class StoreAgreement(RuleBasedStateMachine):
     def call(self, name: str, n: int) -> None:
         self.both(lambda s: s.record_call(name, {"n": n}))
 
+    @rule(limit=st.integers(0, 6))
+    def scope_calls(self, limit: int) -> None:
+        # The session joined the default scope at its first write; its calls are the scope's.
+        mem = self.mem_store.scope_calls("default", limit)
+        assert self.sql_store.scope_calls("default", limit) == mem
+        assert self.sql_store.scope_calls("default", limit, exclude=SESSION) == []
+
     @rule(data=st.data())
     def evict_arguments(self, data: st.DataObject) -> None:
         ids = [c.id for c in self.mem.resident_calls()] + ["c999"]

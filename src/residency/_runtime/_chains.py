@@ -6,9 +6,12 @@ transitions of the prefix tools it takes out of the active index, in one batch. 
 (what a record must hold, what collides) live in the pure core, ``_core/_chains.py``.
 
 A prefix tool leaves the active index (``archived``) unless it is *reused elsewhere*: the
-operator pinned it or marked it shared (``mark_shared``), or this session's call record holds
-a call to it outside every archived chain's run (a run of calls matching a chain's fatal prefix,
-followed by its terminal tool or ending the record). A tool that stays resident is guarded
+operator pinned it or marked it shared (``mark_shared``), or a call record of the scope holds a
+call to it outside every archived chain's run (a run of calls matching a chain's fatal prefix,
+followed by its terminal tool or ending the record). The records looked at are this session's
+whole record and, with an archive scope, the most recent ``REUSE_WINDOW`` calls of the scope's
+other sessions (each session's calls a record of its own; a run never spans two). A tool that
+stays resident is guarded
 instead: ``authorize_call`` refuses (or, with ``chain_policy="warn"``, only logs) a call that
 completes a fatal run, or that is the fatal step right after one.
 
@@ -47,9 +50,12 @@ from residency._errors import ChainCollision, InvalidInput, NotFound, SessionCon
 from residency._runtime._journal import Item, Journal
 from residency._runtime._tools import ToolPart
 
-__all__ = ["ChainPart", "ChainPolicy"]
+__all__ = ["REUSE_WINDOW", "ChainPart", "ChainPolicy"]
 
 logger = logging.getLogger("residency")
+
+REUSE_WINDOW = 10_000
+"""How many of the scope's most recent calls (other sessions') count as uses elsewhere."""
 
 ChainPolicy = Literal["refuse", "warn"]
 """What the live guard does with a call that would re-assemble an archived chain."""
@@ -93,6 +99,7 @@ class ChainPart:
         # inspect`` does) never writes to it.
         self._scope = archive_scope
         self._scope_after = 0
+        self._joined = False  # whether the store knows this session is one of the scope's
         self._scope_pending: dict[str, ChainRecord] = {}
         # What ``check_chain`` checks against while scope chains are pending: the session's
         # archive and those chains in one index, built once and grown (see ``_checked_archive``).
@@ -157,7 +164,7 @@ class ChainPart:
             return known
         definitions = {n: self._s.tools[n].definition for n in record.topology}
         blob = cold_record(record, definitions, logs)
-        retire = self._retired_by(record)
+        retire = self._retired_in_turn([record])[0]
         record = replace(record, pointer=self._journal.store.put_content(blob))
         if self._scope is not None:
             # The scope first: a crash before the journal leaves the chain for adoption.
@@ -179,33 +186,46 @@ class ChainPart:
             items.append(("transition", change))
         return items
 
-    def _retired_by(self, *records: ChainRecord) -> list[str]:
-        """The prefix tools the new chains take out of the active index."""
-        trial = ChainArchive([*self._s.archive, *records])
-        tools = [c.tool for c in self._s.calls.values()]
-        covered = trial.covered_calls(tools)
-        elsewhere = {t for t, inside in zip(tools, covered, strict=True) if not inside}
-        return [
-            name
-            for name in dict.fromkeys(n for r in records for n in r.prefix)
-            if name not in elsewhere
-            and name not in self._s.shared
-            and name not in self._tools.pinned
-            and self._s.states[name] is not ToolState.ARCHIVED
-        ]
-
     def _retired_in_turn(self, records: Sequence[ChainRecord]) -> list[list[str]]:
         """Per record, the prefix tools it retires that the records before it left active.
 
-        What ``_retired_by(*records[: i + 1])`` gives, restricted to record ``i``'s prefix, but
-        in one pass: the calls' coverage (``ChainArchive.covered_calls``) only grows as chains
-        are added, so each record marks the calls of its own runs (found from where its first
-        tool was called) instead of every call being matched against the whole archive again:
-        adopting a scope costs time linear in its chains, not quadratic.
+        A prefix tool stays active while a call to it lies outside every run of the archive
+        so far plus records ``0..i``: in this session's record, or (with an archive scope) in
+        the scope's window of other sessions' calls (``REUSE_WINDOW``). The calls' coverage
+        (``ChainArchive.covered_calls``) only grows as chains are added, so each record marks
+        the calls of its own runs (found from where its first tool was called) instead of every
+        call being matched against the whole archive again: adopting a scope costs time linear
+        in its chains, not quadratic. The scope's window is read only when this session's own
+        calls would let some tool retire (its calls can only keep tools active).
         """
-        tools = [c.tool for c in self._s.calls.values()]
-        n = len(tools)
-        covered = self._s.archive.covered_calls(tools)
+        own = [[c.tool for c in self._s.calls.values()]]
+        retired = self._retired_over(records, own)
+        if self._scope is None or not any(retired):
+            return retired
+        return self._retired_over(records, own + self._scope_sequences())
+
+    def _scope_sequences(self) -> list[list[str]]:
+        """The tools of the other sessions' recent calls in the scope, one list per session."""
+        store = self._journal.store
+        reader = getattr(store, "scope_calls", None)
+        if self._scope is None or not callable(reader):
+            return []
+        by_session: dict[str, list[str]] = {}
+        for session_id, tool in reader(self._scope, REUSE_WINDOW, exclude=self._journal.session_id):
+            by_session.setdefault(session_id, []).append(tool)
+        return list(by_session.values())
+
+    def _retired_over(
+        self, records: Sequence[ChainRecord], sequences: Sequence[Sequence[str]]
+    ) -> list[list[str]]:
+        """``_retired_in_turn`` over the call records ``sequences`` (a run never spans two)."""
+        tools: list[str] = []
+        covered: list[bool] = []
+        ends: list[int] = []  # per call: the end of its record (a run may end a record)
+        for sequence in sequences:
+            tools += sequence
+            covered += self._s.archive.covered_calls(sequence)
+            ends += [len(tools)] * len(sequence)
         elsewhere = Counter(t for t, inside in zip(tools, covered, strict=True) if not inside)
         calls_of: dict[str, list[int]] = {}
         for i, name in enumerate(tools):
@@ -218,10 +238,10 @@ class ChainPart:
             for name in prefix:
                 seen.setdefault(name, len(seen))
             for start in calls_of.get(prefix[0], ()):
-                stop = start + len(prefix)
-                if stop > n or tuple(tools[start:stop]) != prefix:
+                stop, end = start + len(prefix), ends[start]
+                if stop > end or tuple(tools[start:stop]) != prefix:
                     continue
-                if stop < n:
+                if stop < end:
                     if tools[stop] != record.terminal:
                         continue
                     stop += 1
@@ -282,6 +302,13 @@ class ChainPart:
                 continue
 
     def _adopt_scope_once(self) -> None:
+        if not self._joined:
+            # Once per object, on the first write: the scope's other sessions then count this
+            # session's calls as uses (``_scope_sequences``). Opening a session writes nothing.
+            join = getattr(self._journal.store, "join_scope", None)
+            if callable(join):
+                join(self._scope, self._journal.session_id)
+            self._joined = True
         self._read_scope()
         if not self._scope_pending:
             return

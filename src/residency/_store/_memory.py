@@ -30,6 +30,7 @@ class MemoryStore:
         self._checkpoints: dict[str, tuple[int, bytes]] = {}
         self._content: dict[str, bytes] = {}
         self._archives: dict[str, dict[str, dict[str, Any]]] = {}  # scope -> digest -> record
+        self._members: dict[str, set[str]] = {}  # scope -> session ids
         self._lock = threading.Lock()
 
     def append(self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None) -> int:
@@ -107,6 +108,24 @@ class MemoryStore:
             records = list(self._archives.get(scope, {}).values())
         start = max(after, 0)
         return [(pos, dict(r)) for pos, r in enumerate(records[start:], start + 1)]
+
+    def join_scope(self, scope: str, session_id: str) -> None:
+        check_scope(scope)
+        with self._lock:
+            self._members.setdefault(scope, set()).add(session_id)
+
+    def scope_calls(self, scope: str, limit: int, *, exclude: str | None = None) -> list[tuple[str, str]]:
+        check_scope(scope)
+        with self._lock:
+            members = sorted(self._members.get(scope, set()) - {exclude})
+            calls = [
+                (entry.at, session_id, i, str(entry.data.get("tool")))
+                for session_id in members
+                for i, entry in enumerate(self._journals.get(session_id, ()))
+                if entry.op == "call"
+            ]
+        calls.sort()  # by time written; a session's own calls keep their order
+        return [(session_id, tool) for _, session_id, _, tool in calls[-limit:]] if limit > 0 else []
 
     def close(self) -> None:
         pass

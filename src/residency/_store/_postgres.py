@@ -220,6 +220,11 @@ class PostgresStore:
                 "notify": "SELECT pg_notify(%s, %s)",
                 "archived_chains": "SELECT pos, record FROM {s}.chain_archive WHERE scope = %s AND pos > %s "
                 "ORDER BY pos",
+                "join_scope": "INSERT INTO {s}.scope_members (scope, session_id) VALUES (%s, %s) "
+                "ON CONFLICT DO NOTHING",
+                "scope_calls": "SELECT session_id, data::json->>'tool' FROM {s}.journal WHERE op = 'call' "
+                "AND session_id IN (SELECT session_id FROM {s}.scope_members WHERE scope = %s) "
+                "AND session_id IS DISTINCT FROM %s ORDER BY at DESC, seq DESC LIMIT %s",
             }.items()
         }
         with self._translate("open"):
@@ -556,6 +561,33 @@ class PostgresStore:
                     f"{self._url}: archived chain {pos} in scope {scope!r} is not JSON"
                 ) from None
         return out
+
+    def join_scope(self, scope: str, session_id: str) -> None:
+        """Note the session as one of the scope's (idempotent; durable on return).
+
+        Raises:
+            InvalidInput: a malformed scope name.
+        """
+        check_scope(scope)
+        self._on(
+            "join an archive scope", lambda conn: conn.execute(self._sql["join_scope"], (scope, session_id))
+        )
+
+    def scope_calls(self, scope: str, limit: int, *, exclude: str | None = None) -> list[tuple[str, str]]:
+        """``(session_id, tool)`` of the scope's ``limit`` most recent calls, oldest first.
+
+        The calls are the ``call`` entries of the scope's sessions (``join_scope``) other than
+        ``exclude``, ordered by the time their writers journaled them (one index scan).
+
+        Raises:
+            InvalidInput: a malformed scope name.
+        """
+        check_scope(scope)
+        rows = self._on(
+            "read the scope's calls",
+            lambda conn: conn.execute(self._sql["scope_calls"], (scope, exclude, max(limit, 0))).fetchall(),
+        )
+        return [(str(session_id), str(tool)) for session_id, tool in reversed(rows)]
 
     def close(self) -> None:
         """Close the pool's connections. Further calls raise ``StoreError``; closing twice is fine."""

@@ -1,6 +1,6 @@
 """The PostgreSQL store's tables: created, migrated and recognised here.
 
-Layout (schema version 3), in one PostgreSQL schema of the store's own::
+Layout (schema version 4), in one PostgreSQL schema of the store's own::
 
     residency_version(version PRIMARY KEY, application, applied_at)  one row per applied migration
     sessions(session_id PRIMARY KEY)                 one row per session with a journal
@@ -9,6 +9,8 @@ Layout (schema version 3), in one PostgreSQL schema of the store's own::
     checkpoints(session_id, part, seq, bytes)        primary key (session_id, part)
     chain_archive(pos, scope, digest, record)        (version 2) archive scopes; unique (scope, digest)
                                                      (version 3) index (scope, pos)
+    scope_members(scope, session_id)                 (version 4) the sessions of each archive scope
+    journal_calls (index)                            (version 4) journal (at) of ``call`` entries
 
 ``migrate`` runs in one transaction under an advisory lock named after the schema, so that
 replicas starting together create or upgrade it once. A new version adds its statements to
@@ -27,12 +29,14 @@ from residency._errors import StoreError
 
 __all__ = ["APPLICATION", "SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The newest layout this module writes and reads."""
 APPLICATION = "residency"
 """What ``residency_version.application`` says in a schema of ours."""
 
-_TABLES = frozenset({"residency_version", "sessions", "journal", "content", "checkpoints", "chain_archive"})
+_TABLES = frozenset(
+    {"residency_version", "sessions", "journal", "content", "checkpoints", "chain_archive", "scope_members"}
+)
 
 # Each version's statements, applied in order; ``{s}`` is the schema. Text columns are
 # "C"-collated: ids and keys compare by bytes, as in SQLite and in Python.
@@ -55,6 +59,13 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # A scope read resumes after the last position it saw (scope = %s AND pos > %s ORDER BY pos).
     3: ("CREATE INDEX IF NOT EXISTS chain_archive_scope_pos ON {s}.chain_archive (scope, pos)",),
+    # A scope's recent calls: its sessions, and their call entries newest first (``at`` orders
+    # entries across sessions; the journal has no global position).
+    4: (
+        'CREATE TABLE {s}.scope_members (scope text COLLATE "C" NOT NULL, '
+        'session_id text COLLATE "C" NOT NULL, PRIMARY KEY (scope, session_id))',
+        "CREATE INDEX IF NOT EXISTS journal_calls ON {s}.journal (at) WHERE op = 'call'",
+    ),
 }
 
 

@@ -22,7 +22,9 @@ A store may also keep *archive scopes* (``archive_chain``, ``archived_chains``):
 sets of abandoned-chain records (``ChainRecord.to_json`` data) shared by every session that
 names the scope, so a successor session inherits what its predecessors archived. A record is
 identified by its ``digest``; adding it twice keeps the first. Stores without them give each
-session only its own journaled archive.
+session only its own journaled archive. Such a store may also know which sessions belong to a
+scope (``join_scope``) and serve the scope's recent calls (``scope_calls``: the ``tool`` of the
+members' ``call`` entries), so that archiving in one session sees tools used in the others.
 
 A store also keeps one *checkpoint* per session: an opaque blob holding the session's state
 after journal entry ``seq``. It is derived data, never the source of truth: a session restores
@@ -153,6 +155,13 @@ class Store(Protocol):
     # def archived_chains(self, scope: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
     #     """The scope's records as ``(position, record)`` with ``position > after``, in the
     #     order they were added. Positions only grow; the last one seen is the next ``after``."""
+    #
+    # def join_scope(self, scope: str, session_id: str) -> None:
+    #     """Note the session as one of the scope's (idempotent, durable on return)."""
+    #
+    # def scope_calls(self, scope: str, limit: int, *, exclude: str | None = None) -> list[tuple[str, str]]:
+    #     """``(session_id, tool)`` of the ``limit`` most recent ``call`` entries of the scope's
+    #     sessions (``exclude`` left out), oldest first."""
 
 
 class Clock(Protocol):

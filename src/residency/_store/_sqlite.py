@@ -76,6 +76,7 @@ from residency._store._sqlite_file import (
     CHAIN_ARCHIVE,
     CHAIN_ARCHIVE_INDEX,
     SCHEMA_VERSION,
+    SCOPE_MEMBERS,
     check_header,
     create_file,
     open_schema,
@@ -126,6 +127,7 @@ class SQLiteStore:
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._has_archive = False  # the chain_archive table is known to exist
+        self._has_members = False  # the scope_members table is known to exist
         parent = Path(self._path).parent
         if self._path != ":memory:" and not parent.is_dir():
             raise StoreError(f"{self._path}: cannot create the store: folder {str(parent)!r} does not exist")
@@ -399,6 +401,48 @@ class SQLiteStore:
                 raise StoreError(f"{self._path}: {what} is not JSON") from None
             out.append((int(pos), data))
         return out
+
+    def join_scope(self, scope: str, session_id: str) -> None:
+        """Note the session as one of the scope's (idempotent; durable on return).
+
+        Raises:
+            InvalidInput: a malformed scope name.
+        """
+        check_scope(scope)
+        with self._connection("join an archive scope") as conn:
+            if not self._has_members:
+                conn.execute(SCOPE_MEMBERS)
+                self._has_members = True
+            conn.execute(
+                "INSERT OR IGNORE INTO scope_members (scope, session_id) VALUES (?, ?)", (scope, session_id)
+            )
+
+    def scope_calls(self, scope: str, limit: int, *, exclude: str | None = None) -> list[tuple[str, str]]:
+        """``(session_id, tool)`` of the scope's ``limit`` most recent calls, oldest first.
+
+        The calls are the ``call`` entries of the scope's sessions (``join_scope``) other than
+        ``exclude``, in the order they were written. The journal is read backwards from its
+        newest entry, so the cost grows with how far back the last ``limit`` calls lie.
+
+        Raises:
+            InvalidInput: a malformed scope name.
+        """
+        check_scope(scope)
+        with self._connection("read the scope's calls") as conn:
+            if not self._has_members:
+                found = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'scope_members'"
+                ).fetchone()
+                if found is None:
+                    return []
+                self._has_members = True
+            rows = conn.execute(
+                "SELECT session_id, json_extract(data, '$.tool') FROM journal WHERE op = 'call' "
+                "AND session_id IN (SELECT session_id FROM scope_members WHERE scope = ?) "
+                "AND session_id IS NOT ? ORDER BY id DESC LIMIT ?",
+                (scope, exclude, max(limit, 0)),
+            ).fetchall()
+        return [(str(session_id), str(tool)) for session_id, tool in reversed(rows)]
 
     def close(self) -> None:
         """Close the file. Further calls raise ``StoreError``; closing twice is fine."""

@@ -27,6 +27,7 @@ __all__ = [
     "APPLICATION_ID",
     "CHAIN_ARCHIVE",
     "CHAIN_ARCHIVE_INDEX",
+    "SCOPE_MEMBERS",
     "SCHEMA_VERSION",
     "check_header",
     "create_file",
@@ -66,6 +67,12 @@ CHAIN_ARCHIVE = (
 # this index every read scans the whole table. Created with the table; a file whose table
 # predates the index gets it when opened (an index changes no layout: schema 2 stays).
 CHAIN_ARCHIVE_INDEX = "CREATE INDEX IF NOT EXISTS chain_archive_scope_pos ON chain_archive (scope, pos)"
+# Which sessions belong to which archive scope (``join_scope``), created on first use like
+# ``chain_archive``. A scope's recent calls are read from the journal through it.
+SCOPE_MEMBERS = (
+    "CREATE TABLE IF NOT EXISTS scope_members (scope TEXT NOT NULL, session_id TEXT NOT NULL, "
+    "PRIMARY KEY (scope, session_id)) WITHOUT ROWID"
+)
 _TABLES_V1 = frozenset({"residency_meta", "sessions", "journal", "content"})
 _TABLES = _TABLES_V1 | {"checkpoints"}
 
