@@ -389,3 +389,25 @@ def test_the_archive_survives_a_reopen_on_sqlite(tmp_path: Path) -> None:
         s = Session(store, session_id="agent")
         assert s.tools(ToolState.ARCHIVED) == ["html_parser"]
         assert len(s.chains()) == 1
+
+
+def test_a_revocation_run_outside_the_session_is_journaled_once_and_checked() -> None:
+    store = MemoryStore()
+    s = session(store)
+    use(s, "search_api_v2", {"q": "prices"})
+    s.archive_chain(CHAIN, FAILURE, BIG, credentials=["scraper-api-key"])  # no callback: nothing run
+    assert s.pending_revocations() == ["scraper-api-key"] and s.revocations() == {}
+    length = len(store.load(s.session_id))
+    for bad, error in (
+        (("other-key", True), NotFound),  # no archived chain names it
+        (("scraper-api-key", "yes"), InvalidInput),
+        (("scraper-api-key", False, 3), InvalidInput),
+    ):
+        with pytest.raises(error):
+            s.record_revocation(*bad)
+    assert len(store.load(s.session_id)) == length  # refusals changed nothing
+    s.record_revocation("scraper-api-key", False, "hook exit status 3")
+    assert s.revocations() == {"scraper-api-key": False}
+    s.record_revocation("scraper-api-key", True)
+    assert s.revocations() == {"scraper-api-key": True} and s.pending_revocations() == []
+    assert Session(store, session_id=s.session_id).revocations() == {"scraper-api-key": True}

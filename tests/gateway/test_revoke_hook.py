@@ -271,3 +271,85 @@ def test_no_revoke_command_means_no_hook_and_a_timeout_out_of_range_is_refused()
     with pytest.raises(ConfigError) as caught:
         parse_config(json.dumps({"mcpServers": {}, "residency": {"revoke_timeout": 0}}))
     assert caught.value.where == "residency.revoke_timeout"
+
+
+# -- a slow hook does not stall the gateway ------------------------------------------------------
+
+WAITING_HOOK = """\
+import sys, time
+from pathlib import Path
+
+ref, started, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+started.write_text(ref)
+deadline = time.monotonic() + 120
+while not go.exists() and time.monotonic() < deadline:
+    time.sleep(0.05)
+sys.exit(0 if go.exists() else 4)
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_other_clients_are_served_while_the_hook_runs(tmp_path: Path) -> None:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    from tests.clients._serve import http_serve
+
+    script, started, go = tmp_path / "wait.py", tmp_path / "started", tmp_path / "go"
+    script.write_text(WAITING_HOOK)
+    config = tmp_path / "gateway.json"
+    desk = {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}
+    residency = {
+        "budget": {"schema_tokens": 20_000},
+        "revoke_command": [sys.executable, str(script), "{ref}", str(started), str(go)],
+        "revoke_timeout": 120,
+    }
+    config.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": residency}))
+
+    @asynccontextmanager
+    async def client(url: str, key: str) -> AsyncIterator[Client]:
+        async with (
+            httpx2.AsyncClient(
+                headers={"Residency-Session": key}, timeout=httpx2.Timeout(60, read=None)
+            ) as http,
+            Client(streamable_http_client(url, http_client=http)) as c,
+        ):
+            yield c
+
+    answered: dict[str, Any] = {}
+    with anyio.fail_after(WAIT):
+        async with (
+            http_serve("--config", str(config), "--store", f"sqlite:///{tmp_path / 'r.db'}") as served,
+            client(served.url, "archiver") as a,
+            client(served.url, "bystander") as b,
+        ):
+            for name, arguments in zip(CHAIN, CALLS, strict=True):
+                assert not (await a.call_tool(name, arguments)).is_error
+
+            async def archive_it() -> None:
+                answered["archive"] = data(
+                    await a.call_tool(
+                        "archive_chain",
+                        {
+                            "topology": CHAIN,
+                            "failure": FAILURE,
+                            "constraint": {"all": []},
+                            "credentials": ["k1"],
+                        },
+                    )
+                )
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(archive_it)
+                while not started.exists():  # the hook is running, and waits for "go"
+                    await anyio.sleep(STEP)
+                # Another client is answered meanwhile: the hook is not on the event loop.
+                with anyio.fail_after(30):
+                    assert not (await b.call_tool("get_incident", {"incident_id": "INC-7"})).is_error
+                    assert (await b.list_tools()).tools
+                assert "archive" not in answered  # the archiving call still waits for its hook
+                go.write_text("go")
+            assert answered["archive"]["digest"]
+    with SQLiteStore(tmp_path / "r.db") as store:
+        assert Session(store, session_id=store_id("archiver")).revocations() == {"k1": True}

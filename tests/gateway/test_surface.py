@@ -196,6 +196,7 @@ async def test_resources_show_the_session_state(era: str) -> None:
             "residency://tombstones",
             "residency://tools",
             "residency://chains",
+            "residency://spans",
             "residency://events",
             "residency://upstreams",
         }

@@ -72,7 +72,7 @@ def _served_with(args: argparse.Namespace) -> tuple[str, bool]:
     from residency._gateway._run import DEMO_CONFIG
 
     config = load_config(args.config) if args.config else parse_config(DEMO_CONFIG, source="<demo>")
-    offload = config.residency.spans.offload_tokens is not None
+    offload = config.residency.spans.recorded
     if args.minify is not None:
         return MINIFY_ALIASES.get(args.minify, str(args.minify)), offload
     return config.residency.minify, offload
@@ -90,7 +90,8 @@ def _find(store: Store, given: str) -> str | None:
 def view(session: Session, *, offload: bool = False) -> dict[str, Any]:
     """What the model sees now in ``session``: listed tools and meta-tools with tokens, tombstones.
 
-    ``offload``: the gateway offloads large results (``read_span`` is listed then).
+    ``offload``: the gateway records results as spans (offloading or tag rules; ``read_span``
+    is listed then).
     """
     tombstones = session.tombstones()
     tools = [(n, session.tool(n).tokens) for n in session.resident_tools()]

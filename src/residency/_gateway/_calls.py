@@ -49,6 +49,31 @@ gets no argument budget, unless the host takes part: a host that sends
 id in ``_meta["residency/call"]``) gets the configured argument budget and the planner's
 evictions in ``_meta["residency/evict"]``.
 
+Spans. A forwarded result may become a span of the session (``_resources.record_result``):
+
+* a successful text result over ``spans.offload_tokens`` tokens is offloaded: written to the
+  content store first, it reaches the client as a preview and a ``residency://spans/{id}``
+  link (an externalized span);
+* a successful text result of a tool with a rule in ``spans.tags`` is recorded whole as a
+  resident span with those tags, however small, and reaches the client unchanged, so a
+  precondition result (``describe_table`` -> ``constraint``) is tracked.
+
+Either names its span in ``_meta["residency/span"]`` (``id``, ``uri``, ``key``, ``bytes``,
+``tokens``). Other results are not recorded: nothing refers to them, and their text would only
+grow the journal (a resident span's text is journaled).
+
+A host that drops spans from its context says so in ``_meta["residency/dropped_spans"]`` (a list
+of span ids) on any ``tools/call``; like ``evicted_calls``, it is applied before the call.
+Entries that are not strings, and ids the session never issued, are ignored; a value that is
+not a list is ignored whole; the call goes on either way. A dropped precondition span is kept
+by pointer (externalized, never evicted); any other is evicted. Either way its bytes are in the
+content store before the change is journaled, so ``read_span`` and ``residency://spans/{id}``
+resolve it still, after a restart too, and ``residency://spans`` shows its state. The result
+lists the dropped spans kept as pointers in ``_meta["residency/kept_spans"]`` (``[{id, uri,
+key}]``, present whenever a list was sent), so the host can keep a pointer in their place.
+Sending the same list again changes nothing; a store failure fails the call like any other
+request, and the spans already moved stay moved.
+
 Phases (the config's ``phases``) favour their tools while active. The agent's own calls select
 one: a forwarded call to a tool outside the active phase activates the first configured phase
 that has it. A host that knows better sends ``_meta["residency/phase"]`` (a phase name; ``""`` or
@@ -71,6 +96,7 @@ import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
 from residency._core._lifecycle import ToolState
+from residency._core._spans import SpanRecord
 from residency._core._tools import JSONObject
 from residency._errors import NotFound, ResidencyError, SessionConflict, UnknownPhase, UpstreamFailure
 from residency._gateway import _meta_tools as meta
@@ -78,6 +104,7 @@ from residency._gateway import _resources as res
 from residency._gateway._aggregate import CatalogEntry
 from residency._gateway._config import Secrets
 from residency._gateway._errors import protocol_errors, redact_result, refusals_as_results, rule_for
+from residency._gateway._revoke import revoke_off_loop
 from residency._gateway._sessions import GatewaySession
 from residency._gateway._upstream import ToolsChanged, Upstream
 from residency._runtime import Session, TurnPlan
@@ -87,8 +114,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALL_META_KEY",
+    "DROPPED_META_KEY",
     "EVICTED_META_KEY",
     "EVICT_META_KEY",
+    "KEPT_META_KEY",
     "PHASE_META_KEY",
     "TOMBSTONE_NOTICE",
     "ToolCalls",
@@ -100,6 +129,8 @@ CALL_META_KEY = "residency/call"
 EVICTED_META_KEY = "residency/evicted_calls"
 EVICT_META_KEY = "residency/evict"
 PHASE_META_KEY = "residency/phase"
+DROPPED_META_KEY = "residency/dropped_spans"
+KEPT_META_KEY = "residency/kept_spans"
 TOMBSTONE_NOTICE = "Withheld now:"
 """The first line of the text block a call's result gets when the call created tombstones."""
 _SEND_ATTEMPTS = 3
@@ -144,6 +175,7 @@ class ToolCalls:
         arguments: JSONObject = dict(params.arguments or {})
         phase = self._host_phase(gs, ctx)
         self._host_evictions(gs, ctx)
+        self._host_dropped_spans(gs, ctx, extra_meta)
         before = gs.view(gw.catalog)
         if name in meta.META_TOOLS:
             result = await refusals_as_results(
@@ -185,6 +217,9 @@ class ToolCalls:
             meta.READ_SPAN: meta.read_span,
         }[name]
         result = handler(gs.session, self._gw.catalog, arguments)
+        if name == meta.ARCHIVE_CHAIN and not result.is_error and self._gw._revoker is not None:
+            record = gs.session.chain(str((result.structured_content or {}).get("digest", "")))
+            await revoke_off_loop(gs.session, self._gw._revoker, record.credentials, self._gw._revoking)
         if name == meta.ARCHIVE_CHAIN and not result.is_error and self._gw._fanout is None:
             # The other sessions this gateway holds adopt the chain now and hear of it where
             # their view moves. (With PostgreSQL the store's notice does this on every replica,
@@ -237,8 +272,8 @@ class ToolCalls:
             gs.key, name, entry.server, time.perf_counter() - started, ok=not result.is_error
         )
         # An upstream may quote its own env or headers, in an isError result above all.
-        # Offloaded after redaction: what the store keeps is what the client may see.
-        return res.offload_result(s, redact_result(result, self.secrets), name, gw.config.residency.spans)
+        # Recorded after redaction: what the store keeps is what the client may see.
+        return res.record_result(s, redact_result(result, self.secrets), name, gw.config.residency.spans)
 
     async def _send(
         self, gs: GatewaySession, entry: CatalogEntry, arguments: JSONObject
@@ -349,6 +384,25 @@ class ToolCalls:
         if known:
             s.evict_arguments(*known)
 
+    def _host_dropped_spans(
+        self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any], extra_meta: JSONObject
+    ) -> None:
+        """Apply the spans the host dropped from its context (see "Spans" in the module docstring)."""
+        meta_in = ctx.meta if isinstance(ctx.meta, dict) else {}
+        ids = meta_in.get(DROPPED_META_KEY)
+        if not isinstance(ids, list):
+            return
+        s = gs.session
+        named = dict.fromkeys(i for i in ids if isinstance(i, str))
+        records = [record for i in named if (record := _span_or_none(s, i)) is not None]
+        kept = [r for r in records if r.precondition]
+        for record in kept:
+            s.externalize(record.id)  # written to the content store first; never evicted
+        others = [r.id for r in records if not r.precondition]
+        if others:
+            s.evict_span(*others)  # their bytes go to the content store first
+        extra_meta[KEPT_META_KEY] = [{"id": r.id, "uri": res.SPANS + r.id, "key": r.key} for r in kept]
+
     def _upstreams_down(self) -> list[Upstream]:
         return [u for u in self._gw.upstreams.values() if not u.connected]
 
@@ -394,3 +448,10 @@ def _is_call(session: Session, call_id: str) -> bool:
     except NotFound:
         return False
     return True
+
+
+def _span_or_none(session: Session, span_id: str) -> SpanRecord | None:
+    try:
+        return session.span(span_id)
+    except NotFound:
+        return None

@@ -115,13 +115,21 @@ class SpanSettings(_Strict):
             content store first; the client gets a preview, its size and a
             ``residency://spans/{id}`` link, and reads the whole by range. None: off.
         preview_chars: how much of an offloaded result the client sees at once.
-        tags: tool name -> span tags for its offloaded results (e.g. ``describe_table`` ->
-            ``["constraint"]``: a precondition span, kept by pointer and never dropped).
+        tags: tool name -> span tags for its results (e.g. ``describe_table`` ->
+            ``["constraint"]``: a precondition span, kept by pointer and never dropped). A
+            tool with a rule has every successful text result recorded as a span, however
+            small (offloaded or not).
     """
 
     offload_tokens: int | None = Field(default=None, ge=1)
     preview_chars: int = Field(default=1000, ge=0, le=100_000)
     tags: dict[str, tuple[str, ...]] = {}
+
+    @property
+    def recorded(self) -> bool:
+        """Whether some results become spans (offloading on, or a tag rule): ``read_span`` is
+        listed then."""
+        return self.offload_tokens is not None or bool(self.tags)
 
 
 class ResidencySettings(_Strict):

@@ -70,7 +70,8 @@ def listed_meta_tools(*, chains: bool, offload: bool) -> tuple[str, ...]:
 
     ``search_tools``, ``reexpand_tools`` and ``archive_chain`` always; ``check_chain`` once the
     session's archive scope holds a chain (before that it could only answer "safe"), and
-    ``read_span`` when the gateway offloads large results (there is nothing to read otherwise).
+    ``read_span`` when the gateway records results as spans (``offload``: offloading on, or a
+    ``spans.tags`` rule; there is nothing to read otherwise).
     Each is listed every turn, so each one left out saves its tokens on every request; the
     list changes once, when the first chain is archived.
     """

@@ -4,13 +4,18 @@
 ``residency://tools``       the state table: every tool, its upstream, state and hash
 ``residency://chains``      archived abandoned chains with their rules
 ``residency://events``      the session's event log (re-expansions, refusals, tombstones, ...)
-``residency://spans/{id}``  one context span: its record and, when stored, its original bytes;
-                           ``?offset=N&length=M`` reads a byte range of them (``span_range``)
+``residency://spans``       every span of the session: id, link, state, tags, key, size
+``residency://spans/{id}``  one context span: its record and its original text, wherever it
+                           stands; ``?offset=N&length=M`` reads a byte range of it (``span_range``)
 ``residency://upstreams``   the upstream servers: kind, status, tool count, protocol, last error
 
 Every read but ``upstreams`` is scoped to the session the request belongs to; ``upstreams`` is
 the gateway's (the same ``upstream_status`` the HTTP health endpoint serves). The list itself
 is the same for everyone (it may be cached publicly); the contents change at any time.
+
+A span's text is read from the content store (verified against its key) once it has been
+written there, which is the case for every span that left the window; a resident span never
+written (a small tagged result, see ``record_result``) is read from the session.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ from urllib.parse import parse_qs
 
 import mcp_types as types
 
+from residency._core._lifecycle import SpanState
+from residency._core._spans import SpanRecord
 from residency._core._tools import JSONObject
-from residency._errors import InvalidInput, NotFound, StoreError
+from residency._errors import InvalidInput, NotFound, SessionConflict, StoreError
 from residency._gateway._aggregate import Catalog
 from residency._gateway._config import Secrets, SpanSettings
 from residency._gateway._upstream import Upstream
@@ -35,15 +42,18 @@ __all__ = [
     "CHAINS",
     "EVENTS",
     "SPANS",
+    "SPAN_LIST",
     "TOMBSTONES",
     "TOOLS",
     "UPSTREAMS",
     "SPAN_META_KEY",
-    "offload_result",
     "read_resource",
+    "record_result",
     "resource_templates",
     "resources",
+    "span_bytes",
     "span_range",
+    "span_table",
     "upstream_status",
 ]
 
@@ -54,9 +64,10 @@ TOOLS = "residency://tools"
 CHAINS = "residency://chains"
 EVENTS = "residency://events"
 SPANS = "residency://spans/"
+SPAN_LIST = "residency://spans"
 UPSTREAMS = "residency://upstreams"
 SPAN_META_KEY = "residency/span"
-"""``_meta`` key of an offloaded result: the span's id, uri, key, bytes and tokens."""
+"""``_meta`` key of a result that became a span: the span's id, uri, key, bytes and tokens."""
 MAX_RANGE = 256 * 1024
 """The most bytes one range read returns (a client reads a larger span in several)."""
 
@@ -77,6 +88,13 @@ def resources() -> list[types.Resource]:
             uri=CHAINS, name="chains", description="Archived abandoned tool chains.", mime_type=_JSON
         ),
         types.Resource(uri=EVENTS, name="events", description="The session's event log.", mime_type=_JSON),
+        types.Resource(
+            uri=SPAN_LIST,
+            name="spans",
+            description="Every context span of the session: its link, state (resident, externalized, "
+            "evicted), tags, key and size.",
+            mime_type=_JSON,
+        ),
         types.Resource(
             uri=UPSTREAMS,
             name="upstreams",
@@ -191,6 +209,8 @@ def read_resource(
         except ValueError:
             raise InvalidInput(f"{uri}: offset and length must be whole numbers", where="uri") from None
         text = _dump(span_range(session, span_id, start, size))
+    elif uri == SPAN_LIST:
+        text = _dump(span_table(session))
     elif uri.startswith(SPANS) and len(uri) > len(SPANS):
         record = session.span(uri[len(SPANS) :])
         data: JSONObject = {
@@ -206,20 +226,56 @@ def read_resource(
             "tokens": record.tokens,
         }
         try:
-            data["text"] = session.store.get_content(record.key).decode("utf-8", "replace")
+            data["text"] = span_bytes(session, record.id).decode("utf-8", "replace")
         except NotFound:
             data["text"] = None
         text = _dump(data)
     else:
         raise NotFound(
             f"unknown resource {uri!r}; the gateway serves {TOMBSTONES}, {TOOLS}, {CHAINS}, {EVENTS}, "
-            f"{UPSTREAMS} and {SPANS}{{id}}"
+            f"{UPSTREAMS}, {SPAN_LIST} and {SPANS}{{id}}"
         )
     return types.TextResourceContents(uri=uri, mime_type=_JSON, text=text)
 
 
+def span_table(session: Session) -> list[JSONObject]:
+    """One row per span of the session, in the order added (``residency://spans``)."""
+    return [
+        {
+            "id": record.id,
+            "uri": SPANS + record.id,
+            "state": session.span_state(record.id).value,
+            "tags": sorted(record.tags),
+            "precondition": record.precondition,
+            "source": record.source,
+            "key": record.key,
+            "tokens": record.tokens,
+            "turn": record.turn,
+        }
+        for record in session.spans()
+    ]
+
+
+def span_bytes(session: Session, span_id: str) -> bytes:
+    """A span's original bytes, wherever it stands.
+
+    From the content store (which verifies them against the key) once they were written there,
+    as they are for every span that left the window; else the span is resident and never
+    written, and its text is the session's.
+
+    Raises:
+        NotFound: unknown span, or its bytes are missing from the store.
+        IntegrityError: the stored bytes do not match the span's key.
+    """
+    record = session.span(span_id)
+    if session.externalized_copy(span_id) or session.span_state(span_id) is not SpanState.RESIDENT:
+        return session.store.get_content(record.key)
+    # Restoring a resident span changes nothing (nothing is journaled) and returns its text.
+    return session.restore(span_id).encode("utf-8")
+
+
 def span_range(session: Session, span_id: str, offset: int = 0, length: int = MAX_RANGE) -> JSONObject:
-    """Bytes ``offset`` to ``offset + length`` of a span's stored text, as text.
+    """Bytes ``offset`` to ``offset + length`` of a span's text (``span_bytes``), as text.
 
     The range is moved to whole UTF-8 characters (its start back, its end back, or forward
     when it would be empty), so pieces read one after another join to the exact original:
@@ -235,7 +291,7 @@ def span_range(session: Session, span_id: str, offset: int = 0, length: int = MA
         raise InvalidInput(f"offset must be a whole number of bytes, not {offset!r}", where="offset")
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise InvalidInput(f"length must be at least 1 byte, not {length!r}", where="length")
-    raw = session.store.get_content(record.key)
+    raw = span_bytes(session, record.id)
     total = len(raw)
     if offset > total:
         raise InvalidInput(f"offset {offset} is past the span's end ({total} bytes)", where="offset")
@@ -260,52 +316,88 @@ def span_range(session: Session, span_id: str, offset: int = 0, length: int = MA
     }
 
 
-def offload_result(
+def record_result(
     session: Session, result: types.CallToolResult, tool: str, settings: SpanSettings
 ) -> types.CallToolResult:
-    """A large successful text result, written to the content store and replaced by a preview.
+    """What a forwarded result becomes: an offloaded span, a tagged resident span, or itself.
 
-    Results with structured content or non-text blocks pass whole (their shape is the
-    upstream's contract with the client). If the store cannot take the result, it passes
-    whole too: the call has already run, and losing its answer is worse than a large one.
+    Only a successful result whose blocks are all text is considered; its text is the blocks'
+    text joined by newlines.
+
+    * Over ``settings.offload_tokens`` tokens, and without structured content (its shape is the
+      upstream's contract with the client), it is offloaded: written to the content store
+      first and replaced by a preview and a link, as an externalized span with the tool's tags
+      (``settings.tags``), if it has any.
+    * Else, if ``settings.tags`` has a rule for the tool, it is recorded whole as a resident
+      span with those tags (``add_span``), however small, and passes unchanged: a precondition
+      result (``describe_table`` -> ``constraint``) is tracked, and kept by pointer when the
+      host drops it.
+    * Any other result passes unrecorded: its text would only grow the journal.
+
+    A result that became a span names it in ``_meta[SPAN_META_KEY]``: ``id``, ``uri``, ``key``,
+    ``bytes`` (of its UTF-8 text) and ``tokens``. If the store cannot take it (or a tag rule
+    holds a tag the core refuses), the result passes whole and unrecorded: the call has
+    already run, and losing its answer is worse than a large one.
     """
-    limit = settings.offload_tokens
-    if limit is None or result.is_error or result.structured_content is not None or not result.content:
+    if result.is_error or not result.content:
         return result
     if not all(isinstance(block, types.TextContent) for block in result.content):
         return result
     text = "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
-    if len(text) <= limit:  # a token is at least one character: cannot be over
-        return result
     try:
-        tokens = count_tokens(text)  # once: the span records this count (about 10 ms at 1 MB)
-        if tokens <= limit:
-            return result
-        record = session.offload_span(
-            text, tags=settings.tags.get(tool, ()), source=f"tool:{tool}", tokens=tokens
-        )
-    except (StoreError, InvalidInput) as exc:  # a full or failing store; tags the core refuses
-        logger.warning("%s: a large result could not be offloaded (%s); passed whole", tool, exc)
+        try:
+            return _record(session, result, tool, text, settings)
+        except SessionConflict:
+            # Another writer appended to the session: it has caught up, and nothing was recorded.
+            return _record(session, result, tool, text, settings)
+    except (StoreError, InvalidInput, SessionConflict) as exc:  # a full or failing store; bad tags
+        logger.warning("%s: its result could not be recorded as a span (%s); passed whole", tool, exc)
         return result
+
+
+def _record(
+    session: Session, result: types.CallToolResult, tool: str, text: str, settings: SpanSettings
+) -> types.CallToolResult:
+    tags = settings.tags.get(tool, ())
+    source = f"tool:{tool}"
+    limit = settings.offload_tokens
+    # A token is at least one character: a text no longer than the limit cannot be over it.
+    if limit is not None and result.structured_content is None and len(text) > limit:
+        tokens = count_tokens(text)  # once: the span records this count (about 10 ms at 1 MB)
+        if tokens > limit:
+            record = session.offload_span(text, tags=tags, source=source, tokens=tokens)
+            return _offloaded(record, result, text, settings.preview_chars)
+    if not tags:
+        return result
+    record = session.add_span(text, tags=tags, source=source)
+    result.meta = {**(result.meta or {}), SPAN_META_KEY: _link(record, len(text.encode("utf-8")))}
+    return result
+
+
+def _link(record: SpanRecord, size: int) -> JSONObject:
+    return {
+        "id": record.id,
+        "uri": SPANS + record.id,
+        "key": record.key,
+        "bytes": size,
+        "tokens": record.tokens,
+    }
+
+
+def _offloaded(
+    record: SpanRecord, result: types.CallToolResult, text: str, preview_chars: int
+) -> types.CallToolResult:
+    """The result the client gets for an offloaded span: a preview, its size and its link."""
     size = len(text.encode("utf-8"))
-    preview = text[: settings.preview_chars]
+    preview = text[:preview_chars]
     uri = SPANS + record.id
     note = (
         f"\n[residency: result offloaded, {size} bytes (about {record.tokens} tokens); above are its first "
         f"{len(preview)} characters. Read it by byte range with read_span(id={record.id!r}, offset, length), "
         f"from offset {len(preview.encode('utf-8'))}, or resources/read {uri}?offset=N&length=M]"
     )
-    meta: JSONObject = {
-        SPAN_META_KEY: {
-            "id": record.id,
-            "uri": uri,
-            "key": record.key,
-            "bytes": size,
-            "tokens": record.tokens,
-        }
-    }
     offloaded = types.CallToolResult(
         content=[types.TextContent(type="text", text=preview + note)], is_error=False
     )
-    offloaded.meta = {**(result.meta or {}), **meta}
+    offloaded.meta = {**(result.meta or {}), SPAN_META_KEY: _link(record, size)}
     return offloaded

@@ -18,14 +18,16 @@ How a run goes:
 * on failure the gateway logs the reference, the status and the last lines of the output, with
   the configuration's secrets scrubbed from them. Success logs one line without the output.
 
-The hook is the ``revoke`` callback of the gateway's ``Session``: the session calls it once per
-new reference, right after it journals the chain, and journals each outcome. Replaying or
-reopening the session (a gateway restart, ``residency inspect``) reads the outcomes and never
-runs the hook again; a session that adopts the chain from the archive scope does not run it
-either (the session that archived the chain did). ``residency admin STORE revoke --retry``
-runs it again for the references whose last attempt failed. The run happens inside the
-``archive_chain`` call that archived the chain, so the agent's answer waits for it: keep the
-hook short; ``residency.revoke_timeout`` bounds each run.
+The gateway runs the hook after the ``archive_chain`` meta-tool has journaled the chain, once
+per reference of that chain never tried before, in a worker thread (``revoke_off_loop``), so a
+slow hook never stalls the gateway's other clients; each outcome is journaled
+(``Session.record_revocation``). The agent's answer waits for the runs; ``revoke_timeout``
+bounds each. A reference already running (the same chain archived twice at once) is not run
+again. Replaying or reopening the session (a gateway restart, ``residency inspect``) reads the
+outcomes and never runs the hook again; a session that adopts the chain from the archive scope
+does not run it either (the session that archived the chain did). ``residency admin STORE
+revoke --retry`` runs it again for the references whose last attempt failed (there the hook is
+the ``revoke`` callback of the ``Session`` it opens).
 """
 
 from __future__ import annotations
@@ -35,10 +37,14 @@ import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import IO
 
-__all__ = ["OUTPUT_TAIL_BYTES", "REF_PLACEHOLDER", "command_revoker", "hook_argv"]
+import anyio.to_thread
+
+from residency._runtime import Session
+
+__all__ = ["OUTPUT_TAIL_BYTES", "REF_PLACEHOLDER", "command_revoker", "hook_argv", "revoke_off_loop"]
 
 logger = logging.getLogger("residency.gateway")
 
@@ -94,6 +100,32 @@ def command_revoker(
         return False
 
     return revoke
+
+
+async def revoke_off_loop(
+    session: Session, revoker: Callable[[str], bool], references: Iterable[str], running: set[str]
+) -> None:
+    """Run the hook in a worker thread for each reference the session never tried; journal each.
+
+    Args:
+        session: the session that archived the chain (touched on the event loop only).
+        revoker: the hook (``command_revoker``).
+        references: the archived chain's credential references.
+        running: references whose run is in progress in this gateway; shared by its sessions.
+    """
+    for reference in references:
+        if reference in session.revocations() or reference in running:
+            continue
+        running.add(reference)
+        try:
+            try:
+                revoked = await anyio.to_thread.run_sync(revoker, reference) is True
+                error = "" if revoked else "revocation hook failed"
+            except Exception as exc:  # the hook's own failure; its message may hold a secret
+                revoked, error = False, type(exc).__name__
+            session.record_revocation(reference, revoked, error)
+        finally:
+            running.discard(reference)
 
 
 def _run(argv: list[str], timeout: float) -> tuple[int | str, str]:

@@ -153,6 +153,10 @@ class Gateway:
         # What the planner gets when the host keeps every argument (the usual case).
         self._schema_budget = dataclasses.replace(self._budget, argument_tokens=_UNBOUNDED)
         self._minify = _minifier(settings.minify)
+        # The revocation hook runs in a worker thread after an archive (``_revoke``), never on
+        # the event loop: sessions get no ``revoke`` callback. ``_revoking``: references running.
+        self._revoker = settings.revoker(redact=self.secrets.redact)
+        self._revoking: set[str] = set()
         self._store = store
         self._owns_store = store is None
         call_timeout = timeout if timeout is not None else settings.call_timeout
@@ -375,7 +379,6 @@ class Gateway:
             phases={k: list(v) for k, v in settings.phases.items()},
             reexpand_tool=meta.REEXPAND_TOOLS,
             chain_policy=settings.chains,
-            revoke=settings.revoker(redact=self.secrets.redact),
         )
 
     def session(self, key: str) -> Session:
@@ -520,8 +523,7 @@ class Gateway:
         s = gs.session
         resident = gs.resident_definitions(self.catalog)
         tools = [self._tool_model(n, h, d) for n, h, d in resident]
-        offload = self.config.residency.spans.offload_tokens is not None
-        listed = meta.listed_meta_tools(chains=gs.has_chains(), offload=offload)
+        listed = meta.listed_meta_tools(chains=gs.has_chains(), offload=self.config.residency.spans.recorded)
         tools += [_META_TOOL_MODELS[name] for name in listed]
         shown = sum(s.tool(n).tokens for n, _, _ in resident) + meta_tool_tokens(listed)
         self.telemetry.listed(gs.key, shown, self.catalog_tokens())

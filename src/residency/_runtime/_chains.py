@@ -483,6 +483,34 @@ class ChainPart:
         self._revoke_each(pending, retry=True)
         return {ref: self._s.revocations[ref] for ref in pending if ref in self._s.revocations}
 
+    def record_revocation(self, reference: str, revoked: bool, error: str = "") -> None:
+        """Journal the outcome of a revocation run outside the session.
+
+        For a host that runs its revocation hook itself, away from the session (the gateway
+        runs it in a worker thread, so a slow hook does not stall other clients): it archives
+        with no ``revoke`` callback, runs the hook for each of ``pending_revocations()``, and
+        reports each outcome here. Journaled like the callback's, so it is never re-run.
+
+        Args:
+            reference: a credential reference of an archived chain.
+            revoked: whether the run revoked it.
+            error: why it did not (short, no secret); ignored when revoked.
+
+        Raises:
+            NotFound: no archived chain names that reference.
+            InvalidInput: ``revoked`` not a bool, or ``error`` not a string.
+        """
+        if not isinstance(revoked, bool):
+            raise InvalidInput("revoked must be true or false", where="revoked")
+        if not isinstance(error, str):
+            raise InvalidInput("error must be a string", where="error")
+        if not isinstance(reference, str) or not any(reference in r.credentials for r in self._s.archive):
+            raise NotFound(f"no archived chain names the credential reference {reference!r}")
+        if not revoked and not error:
+            error = "revocation failed"
+        entry = {"credential": reference, "revoked": revoked, "error": "" if revoked else error[:200]}
+        self._journal.commit(("revocation", entry))
+
     def _revoke_each(self, refs: Iterable[str], *, retry: bool = False) -> None:
         if self._revoke is None:
             return

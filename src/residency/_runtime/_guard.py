@@ -70,6 +70,7 @@ CHANGES = (
     "plan_turn",
     "prune",
     "readmit",
+    "record_revocation",
     "record_call",
     "reexpand",
     "register_tools",

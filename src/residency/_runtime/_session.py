@@ -551,6 +551,10 @@ class Session:
     def revoke_pending(self) -> dict[str, bool]:
         return self._chains.revoke_pending()
 
+    @same_doc(ChainPart.record_revocation)
+    def record_revocation(self, reference: str, revoked: bool, error: str = "") -> None:
+        self._chains.record_revocation(reference, revoked, error)
+
 
 for _name in CHANGES:
     setattr(Session, _name, exclusive(getattr(Session, _name)))
