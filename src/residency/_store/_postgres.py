@@ -75,7 +75,7 @@ from residency._errors import (
     StoreError,
     StoreUnavailable,
 )
-from residency._store._postgres_schema import SCHEMA_VERSION, migrate
+from residency._store._postgres_schema import SCHEMA_VERSION, migrate, statements
 from residency._store._postgres_url import DEFAULT_SCHEMA, scrub, setting, split_url
 from residency._store._protocol import (
     JournalEntry,
@@ -112,22 +112,6 @@ ARCHIVE_NOTICE = "a"
 _RACES = 8  # appends without ``after`` that lose a race retry this often before giving up
 _PART = 64 << 20  # checkpoint part size, as in SQLite (one bytea value may not exceed 1 GB)
 
-_APPEND = """
-WITH head AS (
-    SELECT COALESCE(MAX(seq), 0) AS last FROM {s}.journal WHERE session_id = %(sid)s
-), ok AS (
-    SELECT last FROM head WHERE %(after)s::bigint IS NULL OR last = %(after)s::bigint
-), new_session AS (
-    INSERT INTO {s}.sessions (session_id) SELECT %(sid)s FROM ok WHERE last = 0
-    ON CONFLICT DO NOTHING
-), added AS (
-    INSERT INTO {s}.journal (session_id, seq, op, data, at)
-    SELECT %(sid)s, ok.last + r.n, r.op, r.data, r.at
-    FROM ok, unnest(%(ops)s::text[], %(data)s::text[], %(at)s::float8[]) WITH ORDINALITY AS r(op, data, at, n)
-    RETURNING seq
-)
-SELECT head.last, (SELECT count(*) FROM added) FROM head
-"""
 
 T = TypeVar("T")
 
@@ -194,39 +178,7 @@ class PostgresStore:
         kwargs: dict[str, Any] = {"autocommit": True, "connect_timeout": self._connect_timeout}
         if "application_name" not in params:
             kwargs["application_name"] = "residency"
-        s = sql.Identifier(self._schema)
-        self._sql: dict[str, sql.Composed] = {
-            name: sql.SQL(text).format(s=s)
-            for name, text in {
-                "append": _APPEND,
-                "last": "SELECT COALESCE(MAX(seq), 0) FROM {s}.journal WHERE session_id = %s",
-                "raw": "SELECT op, data, at FROM {s}.journal WHERE session_id = %s AND seq > %s "
-                "ORDER BY seq LIMIT %s",
-                "load": "SELECT seq, op, data, at FROM {s}.journal WHERE session_id = %s AND seq > %s "
-                "ORDER BY seq",
-                "lock_session": "SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
-                "checkpoint_seq": "SELECT COALESCE(MAX(seq), 0) FROM {s}.checkpoints WHERE session_id = %s",
-                "drop_checkpoint": "DELETE FROM {s}.checkpoints WHERE session_id = %s",
-                "put_checkpoint": "INSERT INTO {s}.checkpoints (session_id, part, seq, bytes) "
-                "VALUES (%s, %s, %s, %s)",
-                "get_checkpoint": "SELECT part, seq, bytes FROM {s}.checkpoints WHERE session_id = %s "
-                "ORDER BY part",
-                "sessions": "SELECT session_id FROM {s}.sessions",
-                "put_content": "INSERT INTO {s}.content (key, bytes) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-                "get_content": "SELECT bytes FROM {s}.content WHERE key = %s",
-                "lock_scope": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                "archive_chain": "INSERT INTO {s}.chain_archive (scope, digest, record) VALUES (%s, %s, %s) "
-                "ON CONFLICT DO NOTHING RETURNING pos",
-                "notify": "SELECT pg_notify(%s, %s)",
-                "archived_chains": "SELECT pos, record FROM {s}.chain_archive WHERE scope = %s AND pos > %s "
-                "ORDER BY pos",
-                "join_scope": "INSERT INTO {s}.scope_members (scope, session_id) VALUES (%s, %s) "
-                "ON CONFLICT DO NOTHING",
-                "scope_calls": "SELECT session_id, data::json->>'tool' FROM {s}.journal WHERE op = 'call' "
-                "AND session_id IN (SELECT session_id FROM {s}.scope_members WHERE scope = %s) "
-                "AND session_id IS DISTINCT FROM %s ORDER BY at DESC, seq DESC LIMIT %s",
-            }.items()
-        }
+        self._sql = statements(self._schema)
         with self._translate("open"):
             with psycopg.connect(self._conninfo, **kwargs) as conn:
                 migrate(conn, self._schema, f"{self._url} (schema {self._schema!r})", create=create)

@@ -1,4 +1,4 @@
-"""The PostgreSQL store's tables: created, migrated and recognised here.
+"""The PostgreSQL store's tables and statements: created, migrated and recognised here.
 
 Layout (schema version 4), in one PostgreSQL schema of the store's own::
 
@@ -27,7 +27,7 @@ from psycopg import sql
 
 from residency._errors import StoreError
 
-__all__ = ["APPLICATION", "SCHEMA_VERSION", "migrate"]
+__all__ = ["APPLICATION", "SCHEMA_VERSION", "migrate", "statements"]
 
 SCHEMA_VERSION = 4
 """The newest layout this module writes and reads."""
@@ -144,3 +144,52 @@ def migrate(conn: psycopg.Connection[Any], schema: str, where: str, *, create: b
                 f"{where}: a broken residency store (schema version {version}, missing tables: "
                 f"{', '.join(sorted(missing))}); restore it from a backup"
             )
+
+
+_APPEND = """
+WITH head AS (
+    SELECT COALESCE(MAX(seq), 0) AS last FROM {s}.journal WHERE session_id = %(sid)s
+), ok AS (
+    SELECT last FROM head WHERE %(after)s::bigint IS NULL OR last = %(after)s::bigint
+), new_session AS (
+    INSERT INTO {s}.sessions (session_id) SELECT %(sid)s FROM ok WHERE last = 0
+    ON CONFLICT DO NOTHING
+), added AS (
+    INSERT INTO {s}.journal (session_id, seq, op, data, at)
+    SELECT %(sid)s, ok.last + r.n, r.op, r.data, r.at
+    FROM ok, unnest(%(ops)s::text[], %(data)s::text[], %(at)s::float8[]) WITH ORDINALITY AS r(op, data, at, n)
+    RETURNING seq
+)
+SELECT head.last, (SELECT count(*) FROM added) FROM head
+"""
+
+# The store's statements; ``{s}`` is the schema.
+_STATEMENTS = {
+    "append": _APPEND,
+    "last": "SELECT COALESCE(MAX(seq), 0) FROM {s}.journal WHERE session_id = %s",
+    "raw": "SELECT op, data, at FROM {s}.journal WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+    "load": "SELECT seq, op, data, at FROM {s}.journal WHERE session_id = %s AND seq > %s ORDER BY seq",
+    "lock_session": "SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
+    "checkpoint_seq": "SELECT COALESCE(MAX(seq), 0) FROM {s}.checkpoints WHERE session_id = %s",
+    "drop_checkpoint": "DELETE FROM {s}.checkpoints WHERE session_id = %s",
+    "put_checkpoint": "INSERT INTO {s}.checkpoints (session_id, part, seq, bytes) VALUES (%s, %s, %s, %s)",
+    "get_checkpoint": "SELECT part, seq, bytes FROM {s}.checkpoints WHERE session_id = %s ORDER BY part",
+    "sessions": "SELECT session_id FROM {s}.sessions",
+    "put_content": "INSERT INTO {s}.content (key, bytes) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+    "get_content": "SELECT bytes FROM {s}.content WHERE key = %s",
+    "lock_scope": "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+    "archive_chain": "INSERT INTO {s}.chain_archive (scope, digest, record) VALUES (%s, %s, %s) "
+    "ON CONFLICT DO NOTHING RETURNING pos",
+    "notify": "SELECT pg_notify(%s, %s)",
+    "archived_chains": "SELECT pos, record FROM {s}.chain_archive WHERE scope = %s AND pos > %s ORDER BY pos",
+    "join_scope": "INSERT INTO {s}.scope_members (scope, session_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+    "scope_calls": "SELECT session_id, data::json->>'tool' FROM {s}.journal WHERE op = 'call' "
+    "AND session_id IN (SELECT session_id FROM {s}.scope_members WHERE scope = %s) "
+    "AND session_id IS DISTINCT FROM %s ORDER BY at DESC, seq DESC LIMIT %s",
+}
+
+
+def statements(schema: str) -> dict[str, sql.Composed]:
+    """The store's statements, by name, for the tables in ``schema`` (a plain, checked name)."""
+    s = sql.Identifier(schema)
+    return {name: sql.SQL(text).format(s=s) for name, text in _STATEMENTS.items()}
