@@ -25,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 
 from residency._gateway._meta_tools import REEXPAND_TOOLS
 from residency._gateway._server import CALL_META_KEY
+from residency._gateway._sessions import store_id
 from residency._store import open_store
 from tests.clients._serve import Served, http_serve
 from tests.postgres import Relay, drop_schema, new_schema, pg_url, terminate, with_params, with_password
@@ -182,5 +183,5 @@ async def test_a_cut_link_gives_clear_errors_then_the_replica_serves_again_by_it
         assert PASSWORD not in a.log()
 
     with open_store(with_params(base, schema=schema)) as store:  # type: ignore[attr-defined]
-        seqs = [entry.seq for entry in store.load(key)]
-    assert seqs == list(range(1, len(seqs) + 1))
+        seqs = [entry.seq for entry in store.load(store_id(key))]
+    assert seqs and seqs == list(range(1, len(seqs) + 1))

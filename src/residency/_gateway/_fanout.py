@@ -135,16 +135,25 @@ class Fanout:
     async def notify(self, session_id: str) -> None:
         """Tell every replica (this one too) that ``session_id``'s view changed; best effort."""
         async with self._sending:
-            try:
-                if self._sender is None or self._sender.closed:
-                    self._sender = await self._connect()
-                await self._sender.execute(
-                    "SELECT pg_notify(%s, %s)", (self.channel, f"{SESSION_NOTICE}:{session_id}")
-                )
-            except psycopg.Error as exc:
-                # A lost notice only delays a list_changed: the next request catches up anyway.
-                logger.warning("cross-replica notice for %s not sent (%s)", session_id, type(exc).__name__)
-                await self.aclose()
+            for retry in (False, True):
+                # A connection kept from before a server restart (or a killed backend) fails on
+                # its first use: the notice is then sent once more, on a fresh connection.
+                fresh = self._sender is None or self._sender.closed
+                try:
+                    if self._sender is None or self._sender.closed:
+                        self._sender = await self._connect()
+                    await self._sender.execute(
+                        "SELECT pg_notify(%s, %s)", (self.channel, f"{SESSION_NOTICE}:{session_id}")
+                    )
+                    return
+                except psycopg.Error as exc:
+                    await self.aclose()
+                    if fresh or retry:
+                        # A lost notice only delays a list_changed: the next request catches up.
+                        logger.warning(
+                            "cross-replica notice for %s not sent (%s)", session_id, type(exc).__name__
+                        )
+                        return
 
     async def aclose(self) -> None:
         """Close the sending connection (the listener closes when its task is cancelled)."""
