@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,12 +18,13 @@ from typing import Any, cast
 import anyio
 import mcp_types as types
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp import Client
 
 from tests._timing import TEST
 from tests.gateway.big_upstream import text_of
 from tests.gateway.test_serve_cli import served
+from tests.gateway.test_spans_over_mcp import _text
+from tests.gateway.test_spans_over_mcp import gateway as serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -53,21 +53,8 @@ def _argv(folder: Path) -> list[str]:
 
 @asynccontextmanager
 async def gateway(folder: Path) -> AsyncIterator[Client]:
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "residency", "serve", *_argv(folder)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        cwd=str(ROOT),
-    )
-    with (folder / "gateway.log").open("a") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
-            yield client
-
-
-def _text(result: types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    return block.text
+    async with serve(folder, _argv(folder)) as client:
+        yield client
 
 
 async def _call(

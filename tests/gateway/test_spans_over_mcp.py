@@ -44,10 +44,11 @@ def _argv(folder: Path) -> list[str]:
 
 
 @asynccontextmanager
-async def gateway(folder: Path) -> AsyncIterator[Client]:
+async def gateway(folder: Path, argv: list[str] | None = None) -> AsyncIterator[Client]:
+    """``residency serve`` over stdio with ``argv`` (default: this module's config and store)."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "residency", "serve", *_argv(folder)],
+        args=["-m", "residency", "serve", *(_argv(folder) if argv is None else argv)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         cwd=str(ROOT),
     )
