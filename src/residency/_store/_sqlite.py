@@ -126,8 +126,7 @@ class SQLiteStore:
         self._durability = durability
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
-        self._has_archive = False  # the chain_archive table is known to exist
-        self._has_members = False  # the scope_members table is known to exist
+        self._tables: set[str] = set()  # tables created on first use, known to exist
         parent = Path(self._path).parent
         if self._path != ":memory:" and not parent.is_dir():
             raise StoreError(f"{self._path}: cannot create the store: folder {str(parent)!r} does not exist")
@@ -352,6 +351,22 @@ class SQLiteStore:
             row = conn.execute("SELECT bytes FROM content WHERE key = ?", (key,)).fetchone()
         return verified_content(None if row is None else bytes(row[0]), key, str(self._path))
 
+    def _create(self, conn: sqlite3.Connection, table: str, *statements: str) -> None:
+        """Run a table's ``IF NOT EXISTS`` statements once per store object."""
+        if table not in self._tables:
+            for statement in statements:
+                conn.execute(statement)
+            self._tables.add(table)
+
+    def _exists(self, conn: sqlite3.Connection, table: str) -> bool:
+        """Whether a table created on first use exists (remembered once it does)."""
+        if table not in self._tables:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))
+            if found.fetchone() is None:
+                return False
+            self._tables.add(table)
+        return True
+
     def archive_chain(self, scope: str, record: Mapping[str, Any]) -> bool:
         """Add a chain record to an archive scope (durable on return); False if already there.
 
@@ -362,10 +377,7 @@ class SQLiteStore:
         digest, kept = check_archive_record(record)
         text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
         with self._connection("archive a chain") as conn:
-            if not self._has_archive:
-                conn.execute(CHAIN_ARCHIVE)
-                conn.execute(CHAIN_ARCHIVE_INDEX)
-                self._has_archive = True
+            self._create(conn, "chain_archive", CHAIN_ARCHIVE, CHAIN_ARCHIVE_INDEX)
             cursor = conn.execute(
                 "INSERT OR IGNORE INTO chain_archive (scope, digest, record) VALUES (?, ?, ?)",
                 (scope, digest, text),
@@ -381,13 +393,8 @@ class SQLiteStore:
         """
         check_scope(scope)
         with self._connection("read archived chains") as conn:
-            if not self._has_archive:
-                found = conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'chain_archive'"
-                ).fetchone()
-                if found is None:
-                    return []
-                self._has_archive = True
+            if not self._exists(conn, "chain_archive"):
+                return []
             rows = conn.execute(
                 "SELECT pos, record FROM chain_archive WHERE scope = ? AND pos > ? ORDER BY pos",
                 (scope, after),
@@ -410,9 +417,7 @@ class SQLiteStore:
         """
         check_scope(scope)
         with self._connection("join an archive scope") as conn:
-            if not self._has_members:
-                conn.execute(SCOPE_MEMBERS)
-                self._has_members = True
+            self._create(conn, "scope_members", SCOPE_MEMBERS)
             conn.execute(
                 "INSERT OR IGNORE INTO scope_members (scope, session_id) VALUES (?, ?)", (scope, session_id)
             )
@@ -429,13 +434,8 @@ class SQLiteStore:
         """
         check_scope(scope)
         with self._connection("read the scope's calls") as conn:
-            if not self._has_members:
-                found = conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'scope_members'"
-                ).fetchone()
-                if found is None:
-                    return []
-                self._has_members = True
+            if not self._exists(conn, "scope_members"):
+                return []
             rows = conn.execute(
                 "SELECT session_id, json_extract(data, '$.tool') FROM journal WHERE op = 'call' "
                 "AND session_id IN (SELECT session_id FROM scope_members WHERE scope = ?) "
