@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import math
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given
 
 from residency import Budget, InvalidInput, ToolState
-from residency._core._planner import HIGH_WATER, LOW_WATER, ResidentCall, ToolStanding, decide
+from residency._core._planner import (
+    HIGH_WATER,
+    LOW_WATER,
+    PLANNERS,
+    Planner,
+    ResidentCall,
+    ToolStanding,
+    decide,
+)
 
-R, T, E = ToolState.RESIDENT, ToolState.TOMBSTONED, ToolState.EVICTED
+R, T, E, A = ToolState.RESIDENT, ToolState.TOMBSTONED, ToolState.EVICTED, ToolState.ARCHIVED
 
 
 def tool(
@@ -172,3 +182,57 @@ def test_the_greedy_planner_keeps_to_the_budget_every_turn() -> None:
     assert decide(Budget.greedy(10_000, 1000), tools, calls, 1100, turn=12).evict_calls == ("c0",)
     # Idle for more than 8 turns: cold, even with room.
     assert decide(Budget.greedy(10_000, 10_000), tools, [], 0, turn=12).prune == ("t0", "t1", "t2", "t3")
+
+
+@st.composite
+def _standings(draw: st.DrawFn) -> tuple[list[ToolStanding], list[ResidentCall]]:
+    count = draw(st.integers(0, 16))
+    tools: list[ToolStanding] = []
+    calls: list[ResidentCall] = []
+    for i in range(count):
+        state = draw(st.sampled_from([R, T, E, A]))
+        resident_calls = draw(st.integers(0, 2)) if state is not E else 0
+        last_turn = draw(st.integers(-1, 12))
+        standing = ToolStanding(
+            f"t{i}",
+            state,
+            draw(st.integers(0, 400)),
+            draw(st.booleans()),
+            draw(st.booleans()),
+            last_turn,
+            draw(st.integers(0, 3)) if last_turn >= 0 else 0,
+            resident_calls,
+        )
+        tools.append(standing)
+        calls += [
+            ResidentCall(f"c{i}.{k}", standing.name, draw(st.integers(1, 300))) for k in range(resident_calls)
+        ]
+    return tools, draw(st.permutations(calls))
+
+
+@given(
+    standings=_standings(),
+    schema=st.integers(0, 3000),
+    arguments=st.integers(0, 1000),
+    idle=st.sampled_from([None, 0, 2, 5]),
+    planner=st.sampled_from(PLANNERS),
+    entered=st.booleans(),
+    fresh=st.sets(st.sampled_from([f"t{i}" for i in range(16)])),
+)
+def test_leaving_out_the_tools_that_cannot_matter_decides_the_same(
+    standings: tuple[list[ToolStanding], list[ResidentCall]],
+    schema: int,
+    arguments: int,
+    idle: int | None,
+    planner: Planner,
+    entered: bool,
+    fresh: set[str],
+) -> None:
+    # An evicted or archived tool that is neither pinned nor in the phase changes nothing: the
+    # session plans a turn from the others only (``residency._runtime._plans``).
+    tools, calls = standings
+    budget = Budget(schema, arguments, idle, planner)
+    total = sum(c.tokens for c in calls)
+    matter = [t for t in tools if t.state in (R, T) or t.pinned or t.in_phase]
+    every = decide(budget, tools, calls, total, 13, entered=entered, fresh=fresh)
+    assert decide(budget, matter, calls, total, 13, entered=entered, fresh=fresh) == every

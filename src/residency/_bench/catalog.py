@@ -15,7 +15,12 @@ Figures, measured in one run on the dev corpus (405 real tool definitions, names
 * registering the ``--big``-tool catalog in a new session once another holds it;
 * the cold ``plan_turn`` over the ``--big``-tool catalog (the first plan, which prunes most of
   it; target <= 50 ms), as sessions are made by default (a checkpoint falls due in it and is
-  saved after it) and with automatic checkpoints off (the plan alone).
+  saved after it) and with automatic checkpoints off (the plan alone);
+* a non-steady ``plan_turn`` over 1,000 and ``--big`` tools (about 40 resident), the median of
+  ``--turns`` turns each after one call whose arguments overflow their budget, after one
+  re-expansion, and after a phase change: as a session plans it (from the tools that can matter,
+  ``residency._runtime._plans``) and, in the same run, with every tool read on every turn (the
+  planning before), in lockstep on equal sessions whose plans must show the same tools.
 
 Definitions are parsed, checked, minified and counted once per process and shared by every
 session (``residency._runtime._tool_cache``); a session holds its states and its own records.
@@ -49,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=int, default=20, help="sessions measured for memory (default 20)")
     parser.add_argument("--repeat", type=int, default=15, help="new sessions timed (default 15)")
     parser.add_argument("--big", type=int, default=10_000, help="tools in the large catalog (default 10000)")
+    parser.add_argument("--turns", type=int, default=15, help="non-steady turns timed per case (default 15)")
 
 
 def corpus_tools(corpus: Path | None = None) -> list[dict[str, Any]]:
@@ -90,6 +96,69 @@ def _cold_plan_ms(tools: list[dict[str, Any]], checkpoint_every: int | None, rou
         session.plan_turn(budget)
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1000
+
+
+TURN_CASES = ("one call", "one re-expansion", "a phase change")
+"""What happened before each timed non-steady turn (``_non_steady_turns``)."""
+
+
+def _non_steady_turns(tools: list[dict[str, Any]], turns: int) -> dict[str, tuple[float, float]]:
+    """Median ms of a non-steady ``plan_turn`` per case in ``TURN_CASES``: (every tool read,
+    from the tools that can matter), timed on two sessions given the same operations in turn.
+
+    None of these turns can take the steady shortcut (a re-expansion changes what the session
+    shows, the phase differs from the last plan's, the arguments overflow their budget): each
+    decides.
+
+    Raises:
+        RuntimeError: the two sessions' plans differ, or a call did not overflow the arguments.
+    """
+    names = [t["name"] for t in tools]
+    n = len(names)
+    phases = {"a": names[n // 5 : n // 5 + 10], "b": names[n // 3 : n // 3 + 10]}
+    budget = Budget(schema_tokens=8_000, argument_tokens=400)
+    # About 700 tokens, past the arguments' ceiling (600) alone: the plan after each such call
+    # evicts arguments, so it is not steady.
+    overflowing = {"text": " ".join(f"word{i}" for i in range(350))}
+    sessions: list[Session] = []
+    for incremental in (False, True):
+        session = Session(checkpoint_every=0, phases=phases)
+        session._plans.incremental = incremental
+        session.register_tools(tools)
+        session.plan_turn(budget)  # cold: most tools leave
+        for name in names[n // 10 : n // 10 + 40]:  # a working set: re-expanded and called
+            session.reexpand(name)
+            session.record_call(name, {})
+        session.plan_turn(budget)
+        session.plan_turn(budget)
+        sessions.append(session)
+    withheld = iter(names[n // 2 :])  # one re-expanded per turn, never a phase tool
+    times: dict[str, tuple[list[float], list[float]]] = {case: ([], []) for case in TURN_CASES}
+    phase: str | None = None
+    for i in range(max(1, min(turns, n - n // 2))):
+        for case in TURN_CASES:
+            if case == "a phase change":
+                phase = "a" if i % 2 else "b"
+            reexpand = next(withheld) if case == "one re-expansion" else None
+            shown = []
+            for session, timed in zip(sessions, times[case], strict=True):
+                if case == "one call":
+                    session.record_call(session.resident_tools()[-1], overflowing)
+                elif reexpand is not None:
+                    session.reexpand(reexpand)
+                start = time.perf_counter()
+                plan = session.plan_turn(budget, phase=phase)
+                timed.append(time.perf_counter() - start)
+                if case == "one call" and not plan.evictions:
+                    raise RuntimeError("a call's arguments did not overflow their budget")
+                shown.append((plan.tool_names, plan.tombstones, plan.evictions, plan.schema_tokens))
+                session.plan_turn(budget, phase=phase)  # settle
+            if shown[0] != shown[1]:
+                raise RuntimeError(f"the plans differ after {case}")
+    return {
+        case: (statistics.median(full) * 1000, statistics.median(fast) * 1000)
+        for case, (full, fast) in times.items()
+    }
 
 
 def _timed(fn: Any) -> float:
@@ -147,6 +216,9 @@ def run(args: argparse.Namespace) -> BenchReport:
 
     cold_ms = _cold_plan_ms(big, None)
     cold_alone_ms = _cold_plan_ms(big, 0)
+    turn_sizes = sorted({min(1_000, len(big)), len(big)})
+    turns = getattr(args, "turns", 15)
+    non_steady = {size: _non_steady_turns(big[:size], turns) for size in turn_sizes}
 
     report.add("tools in the catalog", len(tools), "tools")
     report.add("memory per additional session", per_session, "MB", "<= 0.3 MB", per_session <= 0.3)
@@ -161,6 +233,12 @@ def run(args: argparse.Namespace) -> BenchReport:
     report.add(f"register {len(big):,} known tools in a new session", big_known_ms, "ms")
     report.add(f"cold plan_turn, {len(big):,} tools", cold_ms, "ms", "<= 50 ms", cold_ms <= 50)
     report.add(f"cold plan_turn, {len(big):,} tools, no automatic checkpoint", cold_alone_ms, "ms")
+    for size, cases in non_steady.items():
+        for case, (full, fast) in cases.items():
+            name = f"non-steady plan_turn, {size:,} tools, after {case}"
+            report.add(f"{name}, every tool read (before)", full, "ms")
+            report.add(name, fast, "ms")
+            report.add(f"{name}: before / now", full / fast, "x")
     report.data = {
         "tools": len(tools),
         "sessions": count,
@@ -176,6 +254,11 @@ def run(args: argparse.Namespace) -> BenchReport:
         "register_big_known_ms": big_known_ms,
         "cold_plan_ms": cold_ms,
         "cold_plan_no_checkpoint_ms": cold_alone_ms,
+        "non_steady_turns": turns,
+        "non_steady_plan_ms": {
+            str(size): {case: {"every_tool_read": full, "now": fast} for case, (full, fast) in cases.items()}
+            for size, cases in non_steady.items()
+        },
     }
     return report
 

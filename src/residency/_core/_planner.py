@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 # Bound once: reading an enum member off its class costs a lookup each time, in a loop over
-# every tool on every turn.
+# the tools of every turn.
 _RESIDENT = ToolState.RESIDENT
 _EVICTED = ToolState.EVICTED
 _TOMBSTONED = ToolState.TOMBSTONED
@@ -171,8 +171,8 @@ def _is_number(value: object) -> bool:
 class ToolStanding(NamedTuple):
     """What the planner knows of one tool this turn.
 
-    A named tuple, not a frozen dataclass: one is built per registered tool on every turn, and
-    a tuple is built about three times faster.
+    A named tuple, not a frozen dataclass: one is built per tool a turn reads (every tool on a
+    cold turn), and a tuple is built about three times faster.
     """
 
     name: str
@@ -238,9 +238,15 @@ def decide(
 ) -> PlanDecision:
     """Plan one turn.
 
+    A tool that is neither resident, nor tombstoned, nor pinned, nor in the active phase
+    changes nothing here: ``tools`` may leave it out and the decision is the same. A shell
+    that keeps those few tools at hand plans a turn in time of their number, not the
+    catalog's (``residency._runtime._plans``).
+
     Args:
         budget: the turn's budgets and planner.
-        tools: every registered tool, in registration order.
+        tools: the registered tools in registration order: every one, or at least every
+            resident, tombstoned, pinned and active-phase tool.
         resident_calls: the calls whose arguments are resident, oldest first.
         argument_total: the sum of their tokens.
         turn: the turn being planned (for ``idle_turns``).
@@ -379,7 +385,7 @@ def _cut(
 
 def _greedy_schemas(budget: Budget, tools: Sequence[ToolStanding], turn: int) -> _Schemas:
     # One pass: candidates (resident and warm, pinned or in phase; evicted and pinned or in
-    # phase) and the cold resident tools. This runs every turn over every tool.
+    # phase) and the cold resident tools. This runs every turn over every tool it is given.
     idle = budget.idle_turns
     candidates: list[ToolStanding] = []
     cold: list[str] = []

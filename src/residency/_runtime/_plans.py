@@ -10,10 +10,15 @@
    state they leave.
 
 A turn after a *steady* one (nothing changed, every candidate fit; see ``PlanDecision.steady``)
-skips the decision: only the turn opens (O(1)). Tools that leave together with the same
-trigger and destination are journaled as one ``transitions`` entry, so a cold plan over a large
-catalog, which prunes thousands of new tools, writes one entry rather than one per tool. No
-checkpoint is written inside a plan (see ``residency._runtime._journal``).
+skips the decision: only the turn opens (O(1)). Any other turn reads only the tools that can
+matter to it (resident, tombstoned, archived, pinned, in the phase; see ``decide``), which a
+cache beside the state (``_Index``, not journaled) keeps up to date from the event log: such a
+turn costs what changed since the last plan and what is shown, not the catalog size, and plans
+exactly what the decision over every tool plans. When the cache is cold (a new, reopened or
+restored state) or most tools can matter, the turn reads every tool. Tools that leave together
+with the same trigger and destination are journaled as one ``transitions`` entry, so a cold
+plan over a large catalog, which prunes thousands of new tools, writes one entry rather than
+one per tool. No checkpoint is written inside a plan (see ``residency._runtime._journal``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any, NamedTuple
 from residency._core._events import Event, EventKind
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
 from residency._core._planner import Budget, PlanDecision, ResidentCall, ToolStanding, decide
+from residency._core._state import SessionState
 from residency._core._tools import JSONObject
 from residency._errors import InvalidInput
 from residency._runtime._journal import Item, Journal
@@ -91,18 +97,182 @@ _STEPS = (
 )
 
 
+_RESIDENT = ToolState.RESIDENT
+_TOMBSTONED = ToolState.TOMBSTONED
+_ARCHIVED = ToolState.ARCHIVED
+_REGISTERED = EventKind.REGISTERED
+_REEXPANDED = EventKind.REEXPANDED
+# Every event that may change a tool's state names the tool (``residency._core._state``). A
+# tuple, not a set: membership compares identities, where a set would hash each enum member in
+# Python (a loop over thousands of events in a cold plan).
+_TOOL_KINDS = (
+    EventKind.EVICTED,
+    EventKind.REGISTERED,
+    EventKind.REEXPANDED,
+    EventKind.TOMBSTONED,
+    EventKind.REDEFINED,
+    EventKind.ARCHIVED,
+    EventKind.READMITTED,
+)
+
+
+class _Index:
+    """What a plan reads instead of every tool, kept up to date from the event log.
+
+    Every change of a tool's state appends an event naming the tool, so the events appended
+    since the last read say which tools to look at again: reading costs what changed. A cache
+    beside the state, not state (nothing of it is journaled or checkpointed): made again from
+    the state when the state or its event log is replaced (a reopen, a restore, a replay).
+
+    Attributes:
+        placed: name -> the index of its last REGISTERED or REEXPANDED event, in that order:
+            the order resident tools are shown in (``PlanPart.resident_tools``).
+        resident, tombstoned, archived: the tools in that state.
+        reexpanded: the tools re-expanded in turn ``reexpanded_turn`` (the last turn with a
+            re-expansion); while event turns never decrease (``monotonic``), the tools
+            re-expanded in the current turn are these when it is that turn.
+        registration: see ``registered``.
+    """
+
+    __slots__ = (
+        "archived",
+        "events",
+        "last_turn",
+        "monotonic",
+        "placed",
+        "reexpanded",
+        "reexpanded_turn",
+        "registration",
+        "resident",
+        "seen",
+        "state",
+        "tombstoned",
+    )
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+        self.events = state.events
+        self.seen = 0
+        self.registration: dict[str, int] | None = None  # made when first needed
+        self.placed: dict[str, int] = {}
+        self.resident: set[str] = set()
+        self.tombstoned: set[str] = set()
+        self.archived: set[str] = set()
+        self.last_turn = -1
+        self.monotonic = True
+        self.reexpanded_turn = -1
+        self.reexpanded: set[str] = set()
+        self._reread()
+        self._scan(0, len(self.events), each=False)
+
+    def fits(self, state: SessionState) -> bool:
+        """Whether this index follows ``state`` (else make a new one)."""
+        return state is self.state and state.events is self.events and self.seen <= len(self.events)
+
+    def read(self) -> None:
+        """Catch up with the events appended since the last read."""
+        start, end = self.seen, len(self.events)
+        if start == end:
+            return
+        # Many events at once (a cold plan pruning thousands of tools): one pass over every
+        # state costs less than a look at each tool an event names.
+        each = (end - start) * 4 <= len(self.state.states)
+        if not each:
+            self._reread()
+        self._scan(start, end, each=each)
+
+    def _scan(self, start: int, end: int, *, each: bool) -> None:
+        """Read events ``start`` to ``end``; ``each``: look again at each tool they name."""
+        events, registered, placed, states = self.events, self.registration, self.placed, self.state.states
+        last_turn = self.last_turn
+        for i in range(start, end):
+            event = events[i]
+            turn = event.turn
+            if turn != last_turn:
+                if turn < last_turn:
+                    self.monotonic = False
+                last_turn = turn
+            kind = event.kind
+            if kind not in _TOOL_KINDS:
+                continue
+            name = event.subject
+            if kind is _REGISTERED or kind is _REEXPANDED:
+                placed.pop(name, None)
+                placed[name] = i
+                if kind is _REEXPANDED:
+                    if turn != self.reexpanded_turn:
+                        self.reexpanded_turn, self.reexpanded = turn, set()
+                    self.reexpanded.add(name)
+                elif each and registered is not None and name not in registered:
+                    registered[name] = len(registered)
+            if each:
+                self.resident.discard(name)
+                self.tombstoned.discard(name)
+                self.archived.discard(name)
+                now = states.get(name)
+                if now is _RESIDENT:
+                    self.resident.add(name)
+                elif now is _TOMBSTONED:
+                    self.tombstoned.add(name)
+                elif now is _ARCHIVED:
+                    self.archived.add(name)
+        self.last_turn = last_turn
+        self.seen = end
+
+    def _reread(self) -> None:
+        state = self.state
+        if self.registration is not None and len(self.registration) != len(state.tools):
+            self.registration = None
+        items = state.states.items()
+        self.resident = {n for n, s in items if s is _RESIDENT}
+        withheld = [(n, s) for n, s in items if s is _TOMBSTONED or s is _ARCHIVED]
+        self.tombstoned = {n for n, s in withheld if s is _TOMBSTONED}
+        self.archived = {n for n, s in withheld if s is _ARCHIVED}
+
+    @property
+    def registered(self) -> dict[str, int]:
+        """Name -> its place in registration order (the order of ``state.tools``)."""
+        if self.registration is None:
+            self.registration = {name: i for i, name in enumerate(self.state.tools)}
+        return self.registration
+
+    def deciding(self, pinned: frozenset[str], in_phase: frozenset[str]) -> list[str] | None:
+        """The tools a decision must read, in registration order (see ``decide``), or None
+        when most tools are among them (reading every tool then costs no more)."""
+        registered = self.registered
+        names = self.resident | self.tombstoned
+        names.update(n for n in pinned if n in registered)
+        names.update(n for n in in_phase if n in registered)
+        if len(names) * 2 > len(registered):
+            return None
+        return sorted(names, key=registered.__getitem__)
+
+
 class PlanPart:
-    """Turn planning over a session's tools."""
+    """Turn planning over a session's tools.
+
+    ``incremental`` (on by default) plans a turn from the tools that can matter to it (see
+    ``_Index``); off, every turn reads every tool (a baseline to measure against; the plans
+    are the same).
+    """
 
     def __init__(
-        self, journal: Journal, tools: ToolPart, phases: Mapping[str, frozenset[str]], *, steady_plans: bool
+        self,
+        journal: Journal,
+        tools: ToolPart,
+        phases: Mapping[str, frozenset[str]],
+        *,
+        steady_plans: bool,
+        incremental: bool = True,
     ) -> None:
         self._journal = journal
         self._tools = tools
         self.phases = phases
         self._steady_plans = steady_plans
+        self.incremental = incremental
         self._steady: _Steady | None = None  # a shortcut for the next plan, not state
-        # ``residency_order``'s cache: the event log it read, how far, and the order.
+        self._index_cache: _Index | None = None
+        # The full ``residency_order``'s cache: the event log it read, how far, and the order.
         self._order_cache: tuple[list[Event], int, dict[str, None]] | None = None
 
     def plan_turn(self, budget: Budget, phase: str | None) -> TurnPlan:
@@ -167,17 +337,23 @@ class PlanPart:
     def _decide(self, budget: Budget, phase: str | None) -> PlanDecision:
         state = self._journal.state
         in_phase = self.phases.get(phase, frozenset()) if phase else frozenset()
-        # One standing per tool on every turn, built column by column (fields in ToolStanding's
-        # order: name, state, tokens, pinned, in_phase, last_turn, uses, resident_calls).
+        # One standing per tool read, built column by column (fields in ToolStanding's order:
+        # name, state, tokens, pinned, in_phase, last_turn, uses, resident_calls): only the tools
+        # that can matter to the decision when the index knows them, else every tool.
         tools, pinned = state.tools, self._tools.pinned
-        names = list(tools)
+        index = self._warm_index()
+        deciding = index.deciding(pinned, in_phase) if index is not None else None
+        names = list(tools) if deciding is None else deciding
+        tokens = (
+            [spec.tokens for spec in tools.values()] if deciding is None else [tools[n].tokens for n in names]
+        )
         last_turn, uses, resident_calls = state.last_turn.get, state.uses.get, state.resident_by_tool.get
         standings = list(
             map(
                 ToolStanding,
                 names,
                 map(state.states.__getitem__, names),
-                [spec.tokens for spec in tools.values()],
+                tokens,
                 [n in pinned for n in names] if pinned else [False] * len(names),
                 [n in in_phase for n in names] if in_phase else [False] * len(names),
                 [last_turn(n, -1) for n in names],
@@ -251,15 +427,14 @@ class PlanPart:
         if budget.planner == "stable":
             shown = tuple(specs[n].shown for n in self.resident_tools())
         else:
-            resident, states = ToolState.RESIDENT, state.states
-            shown = tuple(spec.shown for n, spec in specs.items() if states[n] is resident)
+            shown = tuple(specs[n].shown for n in self._registration_order())
         events = tuple(state.events[first_event:])
         tombstoned = sorted(e.subject for e in events if e.kind is EventKind.TOMBSTONED)
         steady = decision.steady and self._steady_plans
         plan = TurnPlan(
             turn=state.turn,
             tools=shown,
-            tombstones=tuple(self._tools.tombstones()),
+            tombstones=self._tombstones(),
             evictions=decision.evict_calls,
             events=events,
             schema_tokens=decision.schema_tokens,
@@ -292,9 +467,53 @@ class PlanPart:
         a list drawn in this order changes only at its end when tools arrive. The order is
         read from the event log, so a reopened session has the same one.
         """
+        if self.incremental:
+            index = self._index()
+            resident, placed = index.resident, index.placed
+            if len(resident) * 4 > len(placed):
+                return [n for n in placed if n in resident]
+            return sorted((n for n in resident if n in placed), key=placed.__getitem__)
         order = self._residency_order()
-        resident, states = ToolState.RESIDENT, self._journal.state.states
-        return [n for n in order if states.get(n) is resident]
+        states = self._journal.state.states
+        return [n for n in order if states.get(n) is _RESIDENT]
+
+    def _registration_order(self) -> list[str]:
+        """The resident tools in registration order (the order a greedy plan shows)."""
+        state = self._journal.state
+        if self.incremental:
+            index = self._index()
+            resident, registered = index.resident, index.registered
+            if len(resident) * 4 <= len(registered):
+                return sorted(resident, key=registered.__getitem__)
+        states = state.states
+        return [n for n in state.tools if states[n] is _RESIDENT]
+
+    def _tombstones(self) -> tuple[str, ...]:
+        """``ToolPart.tombstones``, from the index's tombstoned and archived tools."""
+        if not self.incremental:
+            return tuple(self._tools.tombstones())
+        index = self._index()
+        calls = self._journal.state.resident_by_tool
+        names = index.tombstoned.union(n for n in index.archived if calls.get(n, 0) > 0)
+        text = self._tools.tombstone_text
+        return tuple(text(n) for n in sorted(names))
+
+    def _index(self) -> _Index:
+        """The index, caught up with the state (made again if the state was replaced)."""
+        index = self._warm_index()
+        if index is None:
+            index = self._index_cache = _Index(self._journal.state)
+        return index
+
+    def _warm_index(self) -> _Index | None:
+        """The index caught up with the state, or None if there is none for this state yet
+        (then the decision reads every tool: making it costs as much; the plan's commit makes
+        it, as it reads the residency order anyway)."""
+        index = self._index_cache
+        if not self.incremental or index is None or not index.fits(self._journal.state):
+            return None
+        index.read()
+        return index
 
     def _residency_order(self) -> dict[str, None]:
         # Kept up to date from the event log, which the journal rebuilds on replay and a
@@ -323,6 +542,11 @@ class PlanPart:
             if call.turn != turn:
                 break
             asked.add(call.tool)
+        index = self._warm_index()
+        if index is not None and index.monotonic:
+            if index.reexpanded_turn == turn:
+                asked.update(index.reexpanded)
+            return frozenset(asked)
         reexpanded = EventKind.REEXPANDED
         for event in reversed(state.events):
             if event.turn != turn:
