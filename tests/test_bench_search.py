@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +20,17 @@ from residency._bench.search import (
     label_names,
     quality,
     scores,
+    seed_copies,
     synthetic_servers,
 )
-from residency._search import RANKER_ENV, clear_shared_indexes
+from residency._search import (
+    RANKER_ENV,
+    IndexedTool,
+    ToolIndex,
+    clear_shared_indexes,
+    default_embedder,
+    embedding_cache,
+)
 from tests.conftest import CORPUS, load_corpus
 
 
@@ -62,6 +72,45 @@ def test_the_synthetic_catalog_repeats_the_corpus_with_unique_names() -> None:
     names = [t["name"] for tools in out.values() for t in tools]
     assert len(names) == len(set(names)) == 7
     assert [t["name"] for t in out["b"]] == ["z", "z_1"]
+
+
+class Counting:
+    """The installed model, counting the texts it embeds."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+        self.name = model.name
+        self.dimension = model.dimension
+        self.embedded = 0
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.embedded += len(texts)
+        return self.model.embed(texts)
+
+
+def test_renamed_copies_reuse_their_originals_vectors_instead_of_being_embedded() -> None:
+    model = default_embedder()
+    if model is None:
+        pytest.skip("the embedding model is not installed")
+    clear_shared_indexes()
+    embedding_cache().clear()
+    servers = {
+        "s": [{"name": "get_time", "description": "Get the time", "inputSchema": {"type": "object"}},
+              {"name": "post_message", "description": "Post a message", "inputSchema": {"type": "object"}}],
+    }  # fmt: skip
+    original = corpus_catalog(servers)
+    ToolIndex([entry(e) for e in original.entries()], embedder=model).embed()
+    big = corpus_catalog(synthetic_servers(servers, 6))
+    assert seed_copies(big, original) == 4
+    counting = Counting(model)
+    index = ToolIndex([entry(e) for e in big.entries()], embedder=counting)
+    index.embed()
+    assert counting.embedded == 0
+    assert index.search("post a message", limit=1, ranker="semantic")[0].name.startswith("post_message")
+
+
+def entry(e: Any) -> IndexedTool:
+    return IndexedTool(e.name, e.hash, e.definition, e.server)
 
 
 def test_a_small_run_reports_quality_and_latency_against_the_old_search(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from residency._search import (
     ToolIndex,
     clear_shared_indexes,
     embedding_cache,
+    embedding_query,
     query_terms,
     search,
     shared_index,
@@ -293,6 +294,17 @@ def test_fusion_ranks_a_tool_either_ranking_finds_and_respects_the_filter() -> N
     hits = index.search("slack channel message", limit=5, among=among, ranker="fusion")
     assert {h.name for h in hits} <= among
     assert index.search("xylophone", limit=2, ranker="fusion")  # no term matches: semantic alone
+
+
+def test_a_query_is_embedded_as_a_want_and_its_vector_cached() -> None:
+    model = BagOfWords()
+    index = ToolIndex(indexed(TOOLS), embedder=model)
+    index.embed()
+    count = len(model.embedded)
+    index.search("scale  the deployment", limit=3, ranker="semantic")
+    index.search("scale  the deployment", limit=3, ranker="fusion")
+    assert model.embedded[count:] == ["I want to scale the deployment"]
+    assert embedding_query("scale  the deployment") == "I want to scale the deployment"
 
 
 def test_auto_answers_with_bm25_until_the_vectors_are_ready_then_fuses() -> None:

@@ -41,7 +41,7 @@ from residency._bench._corpus import default_corpus
 from residency._bench._report import BenchReport
 from residency._core._lifecycle import ToolState
 from residency._core._planner import Budget
-from residency._gateway import META_TOOLS, Catalog, build_catalog, search_tools
+from residency._gateway import META_TOOLS, Catalog, CatalogEntry, build_catalog, search_tools
 from residency._runtime import Session
 from residency._search import (
     RANKER_ENV,
@@ -52,6 +52,7 @@ from residency._search import (
     embedding_cache,
     shared_index,
 )
+from residency._search._index import vector_key
 from residency._search._text import summary_line
 
 SUMMARY = "search_tools: R@1/R@5/MRR on labelled task queries (BM25, semantic, fusion) and latency vs before"
@@ -279,17 +280,22 @@ def seed_copies(catalog: Catalog, original: Catalog) -> int:
     if embedder is None:
         return 0
     cache = embedding_cache()
-    by_pair = {(e.server, e.upstream_name): e.hash for e in original.entries()}
+    by_pair = {(e.server, e.upstream_name): vector_key(_indexed(e)) for e in original.entries()}
     seeded = 0
     for entry in catalog.entries():
         source = entry.upstream_name
         base = source.rsplit("_", 1)[0] if source.rsplit("_", 1)[-1].isdigit() else source
         key = by_pair.get((entry.server, base))
         vector = cache.get(embedder.name, key) if key is not None else None
-        if vector is not None and cache.get(embedder.name, entry.hash) is None:
-            cache.put(embedder.name, entry.hash, vector)
+        own = vector_key(_indexed(entry))
+        if vector is not None and cache.get(embedder.name, own) is None:
+            cache.put(embedder.name, own, vector)
             seeded += 1
     return seeded
+
+
+def _indexed(entry: CatalogEntry) -> IndexedTool:
+    return IndexedTool(entry.name, entry.hash, entry.definition, entry.server)
 
 
 def _handler(session: Session, catalog: Catalog, query: str) -> object:

@@ -24,7 +24,14 @@ from residency._search._semantic import (
     default_embedder,
     embedding_cache,
 )
-from residency._search._text import document_terms, embedding_texts, query_terms, summary_line, tokenize
+from residency._search._text import (
+    document_terms,
+    embedding_query,
+    embedding_texts,
+    query_terms,
+    summary_line,
+    tokenize,
+)
 
 __all__ = (
     "CACHE_ENV",
@@ -41,6 +48,7 @@ __all__ = (
     "default_embedder",
     "document_terms",
     "embedding_cache",
+    "embedding_query",
     "embedding_texts",
     "query_terms",
     "search",

@@ -15,10 +15,13 @@ Theory of operation:
   their tools' states, and a query costs what it reads, not a pass over every name.
 - With a semantic ranker (:mod:`residency._search._semantic`), each tool also has a vector
   (cached per definition hash), and the two rankings are fused: each score scaled to [0, 1]
-  over the catalog, the semantic one weighted twice. On the tune half of the labelled query
-  set this beat reciprocal rank fusion (k from 5 to 60), z-scores, other weights and either
-  ranking alone, and nothing tried there did better on the held-out half by more than the
-  noise (``benchmarks/queries/README.md``). Vectors are computed on first use, in a
+  over the catalog, the semantic one weighted 2.5 times. A query is embedded as a want
+  (``I want to`` before it, see ``_text.QUERY_PREFIX``); the tools' texts are not reworded.
+  On the tune half of the labelled query set this beat reciprocal rank fusion (k from 5 to 60),
+  z-scores, scaling between the top k, other weights and either ranking alone; other texts of a
+  tool (several vectors with the best taken, sentences, argument names, the server), BM25
+  field weights and parameters, and query words expanded by their nearest corpus words did no
+  better than the noise (README, "Tool search"). Vectors are computed on first use, in a
   background thread by default (BM25 alone answers until they are ready) or at once with
   :meth:`ToolIndex.embed`, and kept on disk too where ``RESIDENCY_SEARCH_CACHE`` names a
   directory.
@@ -38,7 +41,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from residency._core._tools import definition_hash
 from residency._search._semantic import Embedder, Vectors, default_embedder, embedding_cache
-from residency._search._text import document_terms, embedding_texts, query_terms, summary_line, tokenize
+from residency._search._text import (
+    document_terms,
+    embedding_query,
+    embedding_texts,
+    query_terms,
+    summary_line,
+    tokenize,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,6 +64,7 @@ __all__ = [
     "clear_shared_indexes",
     "search",
     "shared_index",
+    "vector_key",
 ]
 
 Among: TypeAlias = Collection[str] | Callable[[str], bool] | None
@@ -67,7 +78,7 @@ _log = logging.getLogger("residency.search")
 _K1 = 1.2
 _B = 0.75
 _NAMED_TERMS = 16  # query terms looked at for tool names (runs of them: quadratic)
-_SEMANTIC_WEIGHT = 2.0  # the semantic ranking's weight in the fusion (BM25's is 1)
+_SEMANTIC_WEIGHT = 2.5  # the semantic ranking's weight in the fusion (BM25's is 1)
 _EMBED_CHUNK = 64
 _SHARED = 4  # indexes kept by shared_index (the current catalog and a few before it)
 _TERMS_LIMIT = 50_000  # definitions whose terms are kept for the next rebuild
@@ -98,7 +109,7 @@ class IndexedTool:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One ranked tool. ``score`` is BM25's, the cosine similarity, or the fused score (0 to 3)."""
+    """One ranked tool. ``score`` is BM25's, the cosine similarity, or the fused score (0 to 3.5)."""
 
     name: str
     summary: str
@@ -120,6 +131,12 @@ def _stop_background() -> None:
 
 _terms_cache: OrderedDict[tuple[str, str], list[str]] = OrderedDict()
 _terms_lock = threading.Lock()
+
+
+def vector_key(tool: IndexedTool) -> str:
+    """The key of a tool's vector in the embedding cache: its definition hash and server (the
+    server is part of the embedded text)."""
+    return f"{tool.hash}:{tool.server}"
 
 
 def _terms(tool: IndexedTool) -> list[str]:
@@ -202,7 +219,7 @@ class ToolIndex:
         with self._embed_lock:
             if embedder is None or self._vectors is not None:
                 return
-            by_key = {f"{t.hash}:{t.server}": t for t in self.tools}  # the server is embedded too
+            by_key = {vector_key(t): t for t in self.tools}
             keys = list(by_key)
 
             def texts(key: str) -> tuple[str, str]:
@@ -241,7 +258,7 @@ class ToolIndex:
         with self._lock:
             found = self._query_vectors.get(query)
         if found is None:
-            found = self._embedder.embed([query])[0]
+            found = self._embedder.embed([embedding_query(query)])[0]
             with self._lock:
                 self._query_vectors[query] = found
                 while len(self._query_vectors) > 256:

@@ -9,7 +9,9 @@ name three times, the title, the description's lead sentence and argument names 
 
 The text the semantic ranker embeds is shorter: the name's words, the title, the description's
 opening and the argument names, which is what tells tools apart; the long tails of some
-descriptions (usage notes, examples) only blur the vector.
+descriptions (usage notes, examples) only blur the vector. A query is embedded as the want it
+expresses (``I want to`` before it, :func:`embedding_query`): phrased so, a task lands nearer
+the tools that do it (see ``QUERY_PREFIX``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "document_terms",
+    "embedding_query",
     "embedding_texts",
     "lead_sentence",
     "query_terms",
@@ -39,6 +42,14 @@ ARGUMENT_WEIGHT = 2
 LEAD_WEIGHT = 2
 _MAX_DEPTH = 4
 _EMBED_DESCRIPTION_CHARS = 400
+
+QUERY_PREFIX = "I want to "
+"""Put before a query when it is embedded. On the tune half of the labelled query set, eight
+phrasings were compared (none, ``how to``, ``How do I ...?``, ``I need to``, ``I would like
+to``, ``Can you ...?``, ``How can I ...?`` and this one, alone and in pairs): this one ranked
+best with the fusion. With it (and the fusion's semantic weight moved from 2 to 2.5, chosen on
+the same half) the fusion's MRR on the held-out half went from 0.669 to 0.720 (README, "Tool
+search")."""
 
 # Function words and the filler of task phrasing ("can you please show me ..."): they match
 # every tool, so they only add noise to a ranking.
@@ -190,6 +201,11 @@ def embedding_texts(tool: Mapping[str, Any], server: str = "") -> tuple[str, str
     if arguments:
         parts.append("Arguments: " + ", ".join(dict.fromkeys(arguments)))
     return short, ". ".join(parts)
+
+
+def embedding_query(query: str) -> str:
+    """The text the semantic ranker embeds for ``query``: ``QUERY_PREFIX`` and the query."""
+    return QUERY_PREFIX + " ".join(query.split())
 
 
 def summary_line(tool: Mapping[str, Any], limit: int = 160) -> str:
