@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import sys
+from pathlib import Path
 
+import anyio
+import httpx2
 import pytest
 from mcp import Client
 
 from residency._bench import gateway as bench
 from residency._cli import main as cli_main
 from residency._cli._bench import BENCHES
+from residency._gateway._http import RESPONSES_ENV
 from residency._gateway._meta_tools import listed_meta_tools
 
 
@@ -60,3 +67,59 @@ def test_the_gateway_bench_is_registered_and_runs_from_the_cli(capsys: pytest.Ca
     )
     assert code in (0, 1)  # 1 when a latency target is missed on a loaded machine
     assert "gateway/direct" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_the_http_fronts_the_bench_compares_answer_as_labelled_and_forward_calls(
+    tmp_path: Path,
+) -> None:
+    """The floor (bare proxy) and the gateway, each answering SSE and JSON, in front of one
+    upstream subprocess: each answers a request with the content type its figure is named for,
+    and forwards an echo call."""
+    up_port = bench.free_port()
+    up_url = f"http://127.0.0.1:{up_port}/mcp"
+    config = tmp_path / "http.json"
+    config.write_text(json.dumps({"mcpServers": {"up": {"url": up_url}}, "residency": {"pinned": ["echo"]}}))
+    serve = [sys.executable, "-m", "residency", "serve", "--config", str(config), "--transport", "http"]
+    proxy = [sys.executable, "-m", "residency._bench.gateway", "--serve-proxy", up_url]
+    # (argv, environment, whether it should answer JSON)
+    fronts: list[tuple[list[str], dict[str, str] | None, bool]] = []
+    for answers_json in (False, True):
+        port = str(bench.free_port())
+        fronts.append(
+            ([*proxy, "--port", port, *(["--json-response"] if answers_json else [])], None, answers_json)
+        )
+        port = str(bench.free_port())
+        responses = {**os.environ, RESPONSES_ENV: "json" if answers_json else "sse"}
+        fronts.append(([*serve, "--host", "127.0.0.1", "--port", port], responses, answers_json))
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    with anyio.fail_after(120):
+        async with (
+            bench._process(bench._upstream_argv("http", up_port), tmp_path / "up.log") as up,
+            contextlib.AsyncExitStack() as stack,
+            httpx2.AsyncClient() as http,
+        ):
+            await bench.wait_for_port(up_port, up)
+            for i, (argv, environment, answers_json) in enumerate(fronts):
+                log = tmp_path / f"front-{i}.log"
+                process = await stack.enter_async_context(bench._process(argv, log, env=environment))
+                port = argv[argv.index("--port") + 1]
+                await bench.wait_for_port(int(port), process)
+                url = f"http://127.0.0.1:{port}/mcp"
+                accept = {"accept": "application/json, text/event-stream"}
+                answer = await http.post(url, json=initialize, headers=accept)
+                kind = answer.headers["content-type"].split(";")[0]
+                assert kind == ("application/json" if answers_json else "text/event-stream"), argv
+                async with Client(url, mode="legacy", cache=None) as client:
+                    result = await client.call_tool(bench.ECHO, {"text": "through", "times": 3})
+                assert json.loads(result.content[0].text) == {"text": "through", "times": 3}  # type: ignore[union-attr]

@@ -12,10 +12,14 @@ Figures, each against a baseline measured in the same run:
 * the same over stdio and streamable HTTP, where the gateway is a ``residency serve``
   subprocess in front of an upstream subprocess, against a client talking to that upstream
   subprocess over the same transport (two process hops against one; stdio reported, HTTP at 1
-  session with a target of p50 <= 1.5x). Over HTTP the gateway's own hop is measured both ways
-  in the same run: in the handshake era (before) and in the era it now picks (the 2026-07-28
-  era for this small upstream, see ``residency._gateway._http_upstream``), and, on Linux, as CPU
-  time per call of all processes together (reported: steadier than latency on a busy machine);
+  session with a target of p50 <= 1.5x, answering SSE or JSON). Over HTTP, in the same run:
+  the gateway's second hop in the handshake era (before) and in the era it now picks (the
+  2026-07-28 era for this small upstream, see ``residency._gateway._http_upstream``), both
+  answering SSE (the default); the gateway answering JSON (``RESIDENCY_HTTP_RESPONSES=json``,
+  see ``residency._gateway._http``); and the floor beside them, a bare proxy on the same SDK
+  served over streamable HTTP in front of the same upstream, answering SSE and JSON
+  (reported). On Linux each is also measured as CPU time per call of all processes together
+  (reported: steadier than latency on a busy machine);
 * ``tools/list`` of an upstream offering 1,000 tools, gated (the session's resident tools plus
   the meta-tools) and with a budget that keeps every tool resident, against the un-gated list
   straight from the upstream.
@@ -26,7 +30,8 @@ is the same on both sides (in-process, same era, same number of sessions, warm-u
 behind the gateway, the second hop is however the gateway speaks to that upstream: the
 2026-07-28 era for this in-process one (see ``residency._gateway._upstream``). Run
 ``python -m residency._bench.gateway --serve-upstream stdio|http [--port N] [--tools N]`` to
-serve it on its own.
+serve it on its own, and ``python -m residency._bench.gateway --serve-proxy URL --port N
+[--json-response]`` to serve the bare proxy in front of it.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +60,7 @@ from mcp.server.lowlevel import Server
 from residency._bench._corpus import numbered_tools
 from residency._bench._report import BenchReport
 from residency._gateway import Gateway, in_process_era, parse_config
+from residency._gateway._http import RESPONSES_ENV
 
 SUMMARY = "gateway overhead: tools/call p50/p99 against the upstream direct, 1 and 10 sessions; tools/list"
 SMALL_ARGS = ["--calls", "200", "--wire-calls", "40", "--list-repeat", "3"]
@@ -114,6 +121,20 @@ async def _serve_upstream(transport: str, port: int, tools: int) -> None:
     app = server.streamable_http_app(host="127.0.0.1")
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve()
+
+
+async def _serve_proxy(url: str, port: int, mode: str, json_response: bool = False) -> None:
+    """The HTTP floor: a bare proxy (``_bare_proxy``) served over streamable HTTP as the gateway
+    serves its front (stateful, SSE responses unless ``json_response``, no access log), in front
+    of the upstream at ``url``, spoken to in ``mode`` (``"auto"``: the era the gateway picks)."""
+    import uvicorn
+
+    async with Client(url, mode=mode, cache=None) as hop:
+        app = _bare_proxy(hop).streamable_http_app(host="127.0.0.1", json_response=json_response)
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", access_log=False
+        )
+        await uvicorn.Server(config).serve()
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -356,9 +377,13 @@ async def wait_for_port(
 
 
 @contextlib.asynccontextmanager
-async def _process(argv: list[str], log: Path) -> AsyncIterator[subprocess.Popen[bytes]]:
+async def _process(
+    argv: list[str], log: Path, env: dict[str, str] | None = None
+) -> AsyncIterator[subprocess.Popen[bytes]]:
     with log.open("wb") as err:
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env
+        )
     try:
         yield process
     finally:
@@ -407,61 +432,114 @@ async def _over_stdio(report: BenchReport, args: argparse.Namespace, tmp: Path) 
     _report_pair(report, "stdio 1 session", d, g, targets=False)
 
 
+@dataclass(frozen=True)
+class _Front:
+    """One process in front of the HTTP upstream, measured against the direct call."""
+
+    label: str
+    """Names its figures."""
+    argv: list[str]
+    port: int
+    through: str
+    """``gateway`` or ``proxy``."""
+    env: dict[str, str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+
+def _http_client(url: str) -> ClientFactory:
+    """Handshake-era clients of ``url``, client-side caching off."""
+    return lambda: Client(url, mode="legacy", cache=None)
+
+
 async def _over_http(report: BenchReport, args: argparse.Namespace, tmp: Path) -> None:
-    """Two gateways in front of one upstream: the second hop in the handshake era (``"era":
-    "legacy"``, how every HTTP upstream was spoken to before) and as configured by default (the
-    2026-07-28 era for this small upstream), each against the direct call in the same run."""
-    up_port, gw_port, old_port = free_port(), free_port(), free_port()
+    """Gateways and bare proxies in front of one HTTP upstream, each against the direct call in
+    the same run:
+
+    * the gateway with its second hop in the handshake era (``"era": "legacy"``, how every HTTP
+      upstream was spoken to before), and as configured by default (the 2026-07-28 era for this
+      small upstream), both answering SSE as ``residency serve`` does by default;
+    * the default gateway answering one JSON body per request (``RESIDENCY_HTTP_RESPONSES=json``);
+    * the floor: a bare proxy on the same SDK (``_serve_proxy``, second hop as the gateway picks
+      it), answering SSE and answering JSON. What the gateway costs above its floor is its own.
+    """
+    up_port = free_port()
     up_url = f"http://127.0.0.1:{up_port}/mcp"
     config, old_config = tmp / "http.json", tmp / "http-handshake.json"
     config.write_text(_config({"pinned": [ECHO]}, {"up": {"url": up_url}}))
     old_config.write_text(_config({"pinned": [ECHO]}, {"up": {"url": up_url, "era": "legacy"}}))
-    serve = _serve_argv(config, "--transport", "http", "--host", "127.0.0.1", "--port", str(gw_port))
-    old = _serve_argv(old_config, "--transport", "http", "--host", "127.0.0.1", "--port", str(old_port))
-    async with _process(_upstream_argv("http", up_port), tmp / "upstream.log") as up:
+    json_env = {**os.environ, RESPONSES_ENV: "json"}
+    sse_env = {**os.environ, RESPONSES_ENV: "sse"}
+
+    def serve(path: Path, port: int) -> list[str]:
+        return _serve_argv(path, "--transport", "http", "--host", "127.0.0.1", "--port", str(port))
+
+    def proxy(port: int, *extra: str) -> list[str]:
+        return [*_upstream_argv("http", port)[:3], "--serve-proxy", up_url, "--port", str(port), *extra]
+
+    ports = [free_port() for _ in range(5)]
+    old = _Front(
+        "http 1 session, handshake-era upstream hop (before),",
+        serve(old_config, ports[0]),
+        ports[0],
+        "gateway",
+        sse_env,
+    )
+    gw = _Front("http", serve(config, ports[1]), ports[1], "gateway", sse_env)
+    gw_json = _Front(
+        "http 1 session, JSON responses,", serve(config, ports[2]), ports[2], "gateway", json_env
+    )
+    floor = _Front("http 1 session, bare SDK proxy,", proxy(ports[3]), ports[3], "proxy")
+    floor_json = _Front(
+        "http 1 session, bare SDK proxy, JSON responses,",
+        proxy(ports[4], "--json-response"),
+        ports[4],
+        "proxy",
+    )
+    fronts = [old, gw, gw_json, floor, floor_json]
+
+    direct = _http_client(up_url)
+
+    async with (
+        _process(_upstream_argv("http", up_port), tmp / "upstream.log") as up,
+        contextlib.AsyncExitStack() as stack,
+    ):
         await wait_for_port(up_port, up)
-        async with (
-            _process(serve, tmp / "gateway.log") as gw,
-            _process(old, tmp / "gateway-handshake.log") as gw_old,
-        ):
-            await wait_for_port(gw_port, gw)
-            await wait_for_port(old_port, gw_old)
-            gw_url = f"http://127.0.0.1:{gw_port}/mcp"
-            old_url = f"http://127.0.0.1:{old_port}/mcp"
-            d, g = await _paired(
-                lambda: Client(up_url, mode="legacy", cache=None),
-                lambda: Client(old_url, mode="legacy", cache=None),
-                1,
-                args.wire_calls,
+        processes = {
+            front.label: await stack.enter_async_context(
+                _process(front.argv, tmp / f"front-{i}.log", env=front.env)
             )
-            _report_pair(report, "http 1 session, handshake-era upstream hop (before),", d, g, targets=False)
-            for sessions in (1, 10):
+            for i, front in enumerate(fronts)
+        }
+        for front in fronts:
+            await wait_for_port(front.port, processes[front.label])
+        for front in fronts:
+            for sessions in (1, 10) if front is gw else (1,):
                 calls = args.wire_calls if sessions == 1 else max(1, args.wire_calls // sessions) * 2
-                d, g = await _paired(
-                    lambda: Client(up_url, mode="legacy", cache=None),
-                    lambda: Client(gw_url, mode="legacy", cache=None),
-                    sessions,
-                    calls,
+                d, g = await _paired(direct, _http_client(front.url), sessions, calls)
+                label = (
+                    f"http {sessions} session{'s' if sessions > 1 else ''}" if front is gw else front.label
                 )
-                _report_pair(
-                    report,
-                    f"http {sessions} session{'s' if sessions > 1 else ''}",
-                    d,
-                    g,
-                    targets=False,
-                    p50_target=HTTP_P50_TARGET if sessions == 1 else None,
+                target = (
+                    HTTP_P50_TARGET
+                    if sessions == 1 and front.through == "gateway" and front is not old
+                    else None
                 )
-            # CPU per call (Linux): robust where latency is not, on a machine busy with other work.
-            if Path(f"/proc/{up.pid}/stat").exists():
-                calls = args.wire_calls
-                direct_cpu = await _cpu_per_call(Client(up_url, mode="legacy", cache=None), [up], calls)
-                for label, url, process in (("before", old_url, gw_old), ("after", gw_url, gw)):
-                    cpu = await _cpu_per_call(Client(url, mode="legacy", cache=None), [process, up], calls)
-                    report.data[f"http cpu per call ({label})"] = {
-                        "direct_ms": direct_cpu * 1e3,
-                        "ms": cpu * 1e3,
-                    }
-                    report.add(f"http 1 session CPU per call gateway/direct ({label})", cpu / direct_cpu, "x")
+                _report_pair(report, label, d, g, targets=False, through=front.through, p50_target=target)
+        # CPU per call (Linux): robust where latency is not, on a machine busy with other work.
+        if Path(f"/proc/{up.pid}/stat").exists():
+            calls = args.wire_calls
+            direct_cpu = await _cpu_per_call(direct(), [up], calls)
+            names = {old.label: "before", gw.label: "after"}
+            for front in fronts:
+                name = names.get(front.label, front.label.removeprefix("http 1 session, ").rstrip(","))
+                cpu = await _cpu_per_call(_http_client(front.url)(), [processes[front.label], up], calls)
+                report.data[f"http cpu per call ({name})"] = {"direct_ms": direct_cpu * 1e3, "ms": cpu * 1e3}
+                report.add(
+                    f"http 1 session CPU per call {front.through}/direct ({name})", cpu / direct_cpu, "x"
+                )
 
 
 async def _cpu_per_call(client: Client, processes: list[subprocess.Popen[bytes]], calls: int) -> float:
@@ -511,7 +589,8 @@ async def _run(args: argparse.Namespace) -> BenchReport:
     report.data["era"] = (
         "client: handshake (mode='legacy'), client-side caching off; gateway to an in-process "
         "upstream: 2026-07-28; to the HTTP upstream: as it picks (2026-07-28 here), and the "
-        "handshake era for the 'before' figure"
+        "handshake era for the 'before' figure; the bare SDK proxy to it: as the SDK picks "
+        "(2026-07-28 here); over HTTP both answer SSE unless the figure says JSON responses"
     )
     seconds: dict[str, float] = {}
     report.data["seconds"] = seconds
@@ -538,11 +617,21 @@ def run(args: argparse.Namespace) -> BenchReport:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m residency._bench.gateway")
-    parser.add_argument("--serve-upstream", choices=("stdio", "http"), required=True)
+    serving = parser.add_mutually_exclusive_group(required=True)
+    serving.add_argument("--serve-upstream", choices=("stdio", "http"))
+    serving.add_argument("--serve-proxy", metavar="URL", help="serve the bare HTTP proxy in front of URL")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--tools", type=int, default=0, help="padding tools besides echo")
+    parser.add_argument(
+        "--mode", choices=("auto", "legacy"), default="auto", help="the bare proxy's hop (default auto)"
+    )
+    parser.add_argument("--json-response", action="store_true", help="the bare proxy answers JSON, not SSE")
     args = parser.parse_args(argv)
-    main: Callable[[], Awaitable[None]] = lambda: _serve_upstream(args.serve_upstream, args.port, args.tools)  # noqa: E731
+    main: Callable[[], Awaitable[None]]
+    if args.serve_proxy:
+        main = lambda: _serve_proxy(args.serve_proxy, args.port, args.mode, args.json_response)  # noqa: E731
+    else:
+        main = lambda: _serve_upstream(args.serve_upstream, args.port, args.tools)  # noqa: E731
     anyio.run(main)
     return 0
 

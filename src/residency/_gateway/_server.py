@@ -542,12 +542,16 @@ class Gateway:
         # host's cached prompt) alone and is announced on the resource only.
         list_changed = after[0] != before[0]
         tombstones_changed = after[1] != before[1]
-        here = connection_of(current) if current is not None else None
+        # A handshake-era request answered on a stream of its own (stdio, SSE responses) carries
+        # the caller's notice; one answered with a JSON body cannot (the SDK would drop it), so
+        # the caller's standalone stream gets it like every other connection's.
+        own_stream = current is not None and not is_modern(current) and current.session.can_send_request
+        here = connection_of(current) if current is not None and (own_stream or is_modern(current)) else None
         if list_changed:
             self.telemetry.list_changed(gs.key)
             # 2026-07-28 listeners of this session (a bus with no listener drops it).
             await gs.bus.publish(ToolsListChanged())
-            if current is not None and not is_modern(current):
+            if current is not None and own_stream:
                 # On the request's own stream: a client that never opens the standalone stream
                 # (stateful HTTP) still sees it.
                 await current.session.send_notification(
