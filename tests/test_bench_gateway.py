@@ -17,7 +17,7 @@ from mcp import Client
 from residency._bench import gateway as bench
 from residency._cli import main as cli_main
 from residency._cli._bench import BENCHES
-from residency._gateway._http import RESPONSES_ENV
+from residency._gateway import RESPONSES_ENV
 from residency._gateway._meta_tools import listed_meta_tools
 
 

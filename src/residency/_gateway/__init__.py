@@ -2,15 +2,16 @@
 
 Besides the gateway itself, ``__all__`` names the pieces a simulated host may drive without a
 gateway (the benchmarks do): the aggregated catalog, the meta-tools as a host lists and calls
-them, the era an in-process upstream is spoken to in, how a request names its session, and how
-offloaded results are named and read back. The benchmarks import these names
-only (``tests/test_layering.py`` checks it), never the gateway's modules.
+them, the era an in-process upstream is spoken to in, how a request names its session, how
+offloaded results are named and read back, and how the HTTP front is told to answer. The
+benchmarks import these names only (``tests/test_layering.py`` checks it), never the gateway's
+modules.
 """
 
 from __future__ import annotations
 
 from residency._gateway._aggregate import Catalog, CatalogEntry, build_catalog
-from residency._gateway._config import GatewayConfig, load_config, parse_config
+from residency._gateway._config import RESPONSES_ENV, GatewayConfig, load_config, parse_config
 from residency._gateway._connection import SESSION_META_KEY
 from residency._gateway._demo import IncidentDesk, desk_tools
 from residency._gateway._meta_tools import (
@@ -30,6 +31,7 @@ __all__ = [
     "MAX_RANGE",
     "META_TOOLS",
     "REEXPAND_TOOLS",
+    "RESPONSES_ENV",
     "SEARCH_TOOLS",
     "SESSION_META_KEY",
     "SPAN_META_KEY",

@@ -38,6 +38,7 @@ from residency._errors import ConfigError
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
 
 __all__ = [
+    "RESPONSES_ENV",
     "MINIFY_ALIASES",
     "MINIFY_LEVELS",
     "DEFAULT_CALL_TIMEOUT",
@@ -75,6 +76,11 @@ INPUTS_HINT = (
 
 _ENV_REF = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
 _INPUT_REF = re.compile(r"\$\{input:[^}]*\}")
+
+
+RESPONSES_ENV = "RESIDENCY_HTTP_RESPONSES"
+"""How the HTTP front answers: ``json``, one JSON body per request; ``sse`` (the default), an
+SSE stream (see ``residency._gateway._http``)."""
 
 
 class _Strict(BaseModel):

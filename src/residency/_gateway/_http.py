@@ -60,7 +60,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from residency._core._tools import JSONObject
 from residency._errors import ConfigError
-from residency._gateway._config import Secrets
+from residency._gateway._config import RESPONSES_ENV, Secrets
 from residency._gateway._connection import IDENTITY_STATE, token_identity
 from residency._gateway._resources import upstream_status
 from residency._gateway._server import Gateway
@@ -68,7 +68,6 @@ from residency._gateway._upstream import Upstream
 
 __all__ = [
     "MIN_TOKEN_CHARS",
-    "RESPONSES_ENV",
     "BearerToken",
     "bind",
     "exposure_problem",
@@ -85,9 +84,6 @@ HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _NO_STORE = {"cache-control": "no-store"}
-
-RESPONSES_ENV = "RESIDENCY_HTTP_RESPONSES"
-"""``json`` answers each request with one JSON body, ``sse`` (the default) with an SSE stream."""
 
 MIN_TOKEN_CHARS = 16
 """Shortest bearer token ``residency serve`` accepts (16 random characters are ~95 bits)."""
