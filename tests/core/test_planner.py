@@ -16,6 +16,7 @@ from residency._core._planner import (
     Planner,
     ResidentCall,
     ToolStanding,
+    _cut,
     decide,
 )
 
@@ -236,3 +237,53 @@ def test_leaving_out_the_tools_that_cannot_matter_decides_the_same(
     matter = [t for t in tools if t.state in (R, T) or t.pinned or t.in_phase]
     every = decide(budget, tools, calls, total, 13, entered=entered, fresh=fresh)
     assert decide(budget, matter, calls, total, 13, entered=entered, fresh=fresh) == every
+
+
+def _cut_by_ranking_everything(
+    shown: list[ToolStanding], floor: int, fresh: set[str]
+) -> tuple[set[str], set[str], int]:
+    """The cut's rule read literally: rank every shown tool, keep the pinned ones and those with
+    a reason that still fit. What stays, what leaves (resident only) and the tokens kept."""
+    ranked = sorted(
+        shown,
+        key=lambda t: (not t.pinned, t.name not in fresh, not t.in_phase, -t.last_turn, -t.uses, t.name),
+    )
+    kept: set[str] = set()
+    dropped: set[str] = set()
+    used = 0
+    for t in ranked:
+        if t.pinned or ((t.uses or t.in_phase or t.name in fresh) and used + t.tokens <= floor):
+            kept.add(t.name)
+            used += t.tokens
+        elif t.state is R:
+            dropped.add(t.name)
+    return kept, dropped, used
+
+
+@given(
+    standings=_standings(),
+    schema=st.integers(0, 3000),
+    fresh=st.sets(st.sampled_from([f"t{i}" for i in range(16)])),
+)
+def test_a_cut_keeps_what_ranking_every_tool_would_keep(
+    standings: tuple[list[ToolStanding], list[ResidentCall]], schema: int, fresh: set[str]
+) -> None:
+    # The planner ranks only the tools with a reason to stay (a cold plan at 10,000 tools sorts
+    # the few, not the catalog); the outcome is the literal rule's.
+    tools, _ = standings
+    shown = [t for t in tools if t.state is R or (t.state is E and t.pinned)]
+    budget = Budget(schema, 10_000)
+    kept, dropped, used = _cut_by_ranking_everything(shown, budget.schema_floor, fresh)
+    got, left, tokens = _cut(shown, budget.schema_floor, fresh)
+    assert {t.name for t in got} == kept and set(left) == dropped and tokens == used
+    assert [t.name for t in got] == [t.name for t in shown if t.name in kept]  # registration order
+
+
+def test_tools_only_registered_leave_a_cut_in_registration_order_after_the_ranked_ones() -> None:
+    tools = [tool(f"r{i}", 100, last_turn=0) for i in (3, 1, 2)] + [
+        used("old", last_turn=1, tokens=700),  # 1,600 tokens: past the margin
+        used("new", last_turn=4, tokens=600),
+    ]
+    decision = decide(Budget(1000, 10_000), tools, [], 0, turn=5)
+    assert decision.resident == ("new",)
+    assert decision.prune == ("old", "r3", "r1", "r2")

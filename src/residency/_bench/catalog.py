@@ -85,7 +85,7 @@ def _uncached_checks(tools: list[dict[str, Any]]) -> None:
         metaschema_problem(parse_tool(tool)["inputSchema"])
 
 
-def _cold_plan_ms(tools: list[dict[str, Any]], checkpoint_every: int | None, rounds: int = 3) -> float:
+def _cold_plan_ms(tools: list[dict[str, Any]], checkpoint_every: int | None, rounds: int = 7) -> float:
     """Median ms of the first ``plan_turn`` of a new session holding ``tools`` (registered)."""
     budget = Budget(schema_tokens=8_000, argument_tokens=8_000)
     times = []

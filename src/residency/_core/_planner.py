@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Literal, NamedTuple
 
 from residency._core._lifecycle import ToolState
@@ -68,6 +69,7 @@ __all__ = [
 # the tools of every turn.
 _RESIDENT = ToolState.RESIDENT
 _EVICTED = ToolState.EVICTED
+_NAME = attrgetter("name")
 _TOMBSTONED = ToolState.TOMBSTONED
 
 Planner = Literal["stable", "greedy"]
@@ -355,9 +357,24 @@ def _cut(
     shown: list[ToolStanding], floor: int, fresh: Collection[str]
 ) -> tuple[list[ToolStanding], list[str], int]:
     """Cut ``shown`` down to ``floor`` tokens in one step: what stays, what goes (resident
-    tools only: an evicted tool that does not stay just is not restored), and the tokens kept."""
+    tools only: an evicted tool that does not stay just is not restored), and the tokens kept.
+
+    Only tools with a reason to stay (pinned, just asked for, in the phase, used before) are
+    ranked; the rest leave whatever their rank, so a cold plan over a large catalog (every tool
+    only registered) sorts the few that can stay, not the catalog. The leavers are dropped in
+    registration order, after the ranked tools that did not fit.
+    """
+    reasoned: list[ToolStanding] = []
+    idle: list[ToolStanding] = []
+    place: dict[str, int] = {}  # a reasoned tool's place in registration order
+    for i, t in enumerate(shown):
+        if t.pinned or t.uses or t.in_phase or t.name in fresh:
+            reasoned.append(t)
+            place[t.name] = i
+        elif t.state is _RESIDENT:
+            idle.append(t)
     ranked = sorted(
-        shown,
+        reasoned,
         key=lambda t: (
             not t.pinned,
             t.name not in fresh,
@@ -371,15 +388,15 @@ def _cut(
     dropped: list[str] = []
     used = 0
     for t in ranked:
-        # A tool stays for a reason (pinned, just asked for, in the phase, used before) and
-        # only while it fits; one that was only registered leaves at the first cut.
-        if t.pinned or ((t.uses or t.in_phase or t.name in fresh) and used + t.tokens <= floor):
+        # A tool stays for a reason and only while it fits (pinned: always).
+        if t.pinned or used + t.tokens <= floor:
             kept.append(t)
             used += t.tokens
         elif t.state is _RESIDENT:
             dropped.append(t.name)
-    order = {t.name: i for i, t in enumerate(shown)}
-    kept.sort(key=lambda t: order[t.name])  # back in registration order
+    # One that was only registered leaves at the first cut.
+    dropped.extend(map(_NAME, idle))
+    kept.sort(key=lambda t: place[t.name])  # back in registration order
     return kept, dropped, used
 
 

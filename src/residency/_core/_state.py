@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from itertools import repeat
 from typing import Any, Protocol
 
 from residency._core._chains import ChainArchive, ChainRecord
@@ -198,12 +199,10 @@ def _transitions(s: SessionState, data: Mapping[str, Any]) -> None:
     unknown = set(names) - states.keys()
     if unknown:
         raise KeyError(min(unknown))
-    for name in names:
-        states[name] = dest
-        events.append(Event(turn, kind, name, reason, at))
+    states.update(dict.fromkeys(names, dest))
+    events.extend(map(Event, repeat(turn), repeat(kind), names, repeat(reason), repeat(at)))
     if dest is ToolState.RESIDENT:
-        for name in names:
-            s.last_turn[name] = turn
+        s.last_turn.update(dict.fromkeys(names, turn))
 
 
 def _call(s: SessionState, data: Mapping[str, Any]) -> None:

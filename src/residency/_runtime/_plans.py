@@ -25,6 +25,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import groupby
+from operator import attrgetter, le
 from typing import Any, NamedTuple
 
 from residency._core._events import Event, EventKind
@@ -102,6 +105,10 @@ _TOMBSTONED = ToolState.TOMBSTONED
 _ARCHIVED = ToolState.ARCHIVED
 _REGISTERED = EventKind.REGISTERED
 _REEXPANDED = EventKind.REEXPANDED
+# A named tuple made straight from a row tuple (no Python-level ``__new__`` call per tool).
+_standing = partial(tuple.__new__, ToolStanding)
+_TURN = attrgetter("turn")
+_KIND = attrgetter("kind")
 # Every event that may change a tool's state names the tool (``residency._core._state``). A
 # tuple, not a set: membership compares identities, where a set would hash each enum member in
 # Python (a loop over thousands of events in a cold plan).
@@ -163,7 +170,7 @@ class _Index:
         self.reexpanded_turn = -1
         self.reexpanded: set[str] = set()
         self._reread()
-        self._scan(0, len(self.events), each=False)
+        self._scan_placements(0, len(self.events))
 
     def fits(self, state: SessionState) -> bool:
         """Whether this index follows ``state`` (else make a new one)."""
@@ -176,13 +183,14 @@ class _Index:
             return
         # Many events at once (a cold plan pruning thousands of tools): one pass over every
         # state costs less than a look at each tool an event names.
-        each = (end - start) * 4 <= len(self.state.states)
-        if not each:
+        if (end - start) * 4 <= len(self.state.states):
+            self._scan(start, end)
+        else:
             self._reread()
-        self._scan(start, end, each=each)
+            self._scan_placements(start, end)
 
-    def _scan(self, start: int, end: int, *, each: bool) -> None:
-        """Read events ``start`` to ``end``; ``each``: look again at each tool they name."""
+    def _scan(self, start: int, end: int) -> None:
+        """Read events ``start`` to ``end``, looking again at each tool they name."""
         events, registered, placed, states = self.events, self.registration, self.placed, self.state.states
         last_turn = self.last_turn
         for i in range(start, end):
@@ -203,20 +211,46 @@ class _Index:
                     if turn != self.reexpanded_turn:
                         self.reexpanded_turn, self.reexpanded = turn, set()
                     self.reexpanded.add(name)
-                elif each and registered is not None and name not in registered:
+                elif registered is not None and name not in registered:
                     registered[name] = len(registered)
-            if each:
-                self.resident.discard(name)
-                self.tombstoned.discard(name)
-                self.archived.discard(name)
-                now = states.get(name)
-                if now is _RESIDENT:
-                    self.resident.add(name)
-                elif now is _TOMBSTONED:
-                    self.tombstoned.add(name)
-                elif now is _ARCHIVED:
-                    self.archived.add(name)
+            self.resident.discard(name)
+            self.tombstoned.discard(name)
+            self.archived.discard(name)
+            now = states.get(name)
+            if now is _RESIDENT:
+                self.resident.add(name)
+            elif now is _TOMBSTONED:
+                self.tombstoned.add(name)
+            elif now is _ARCHIVED:
+                self.archived.add(name)
         self.last_turn = last_turn
+        self.seen = end
+
+    def _scan_placements(self, start: int, end: int) -> None:
+        """Read events ``start`` to ``end`` for the turns and placements only (the caller reads
+        every tool's state itself). Thousands of events at a time (every tool of a catalog registered,
+        then pruned by a cold plan), so the columns are read with C-level maps and only the
+        placing events are visited one by one."""
+        chunk = self.events[start:end]
+        turns = list(map(_TURN, chunk))
+        if not turns:
+            return
+        if self.monotonic and not all(map(le, [self.last_turn, *turns[:-1]], turns)):
+            self.monotonic = False
+        placed = self.placed
+        placing = [
+            i for i, kind in enumerate(map(_KIND, chunk), start) if kind is _REGISTERED or kind is _REEXPANDED
+        ]
+        for i in placing:
+            event = self.events[i]
+            name = event.subject
+            placed.pop(name, None)
+            placed[name] = i
+            if event.kind is _REEXPANDED:
+                if event.turn != self.reexpanded_turn:
+                    self.reexpanded_turn, self.reexpanded = event.turn, set()
+                self.reexpanded.add(name)
+        self.last_turn = turns[-1]
         self.seen = end
 
     def _reread(self) -> None:
@@ -350,15 +384,18 @@ class PlanPart:
         last_turn, uses, resident_calls = state.last_turn.get, state.uses.get, state.resident_by_tool.get
         standings = list(
             map(
-                ToolStanding,
-                names,
-                map(state.states.__getitem__, names),
-                tokens,
-                [n in pinned for n in names] if pinned else [False] * len(names),
-                [n in in_phase for n in names] if in_phase else [False] * len(names),
-                [last_turn(n, -1) for n in names],
-                [uses(n, 0) for n in names],
-                [resident_calls(n, 0) for n in names],
+                _standing,
+                zip(
+                    names,
+                    map(state.states.__getitem__, names),
+                    tokens,
+                    [n in pinned for n in names] if pinned else [False] * len(names),
+                    [n in in_phase for n in names] if in_phase else [False] * len(names),
+                    [last_turn(n, -1) for n in names],
+                    [uses(n, 0) for n in names],
+                    [resident_calls(n, 0) for n in names],
+                    strict=True,
+                ),
             )
         )
         stable = budget.planner == "stable"
@@ -382,29 +419,37 @@ class PlanPart:
         items: list[Item] = [("turn", {"turn": state.turn + 1, "phase": phase})]
         if decision.evict_calls:
             items.append(("evict_arguments", {"ids": list(decision.evict_calls)}))
+        # The tools whose arguments stay resident after this turn's evictions (few: the tools
+        # with calls), so a tool's facts cost one set lookup.
+        with_arguments = {n for n, c in state.resident_by_tool.items() if c - left.get(n, 0) > 0}
         for trigger, part, reason in _STEPS:
             chosen: tuple[str, ...] = getattr(decision, part)
             # The machine's answer depends only on (state, trigger, facts): it is asked once per
-            # distinct question, not once per tool. A refusal raises at once and is never kept.
+            # distinct question, not once per tool, and consecutive tools asking the same
+            # question go as one run (a cold plan prunes thousands of tools with one question).
+            # A refusal raises at once and is never kept.
             answers: dict[tuple[ToolState, bool], ToolState] = {}
             run: list[str] = []
             run_dest: ToolState | None = None
-            count, gone = state.resident_by_tool.get, left.get
-            current = state.states
-            for name in chosen:
-                args = count(name, 0) - gone(name, 0) > 0
-                question = (current[name], args)
+            questions = zip(
+                map(state.states.__getitem__, chosen), map(with_arguments.__contains__, chosen), strict=True
+            )
+            at = 0
+            for question, same in groupby(questions):
+                size = sum(1 for _ in same)
+                names = chosen[at : at + size]
+                at += size
                 dest = answers.get(question)
                 if dest is None:
-                    facts = {"arguments_resident": args}
+                    facts = {"arguments_resident": question[1]}
                     dest = answers[question] = TOOL_LIFECYCLE.fire(
-                        question[0], trigger, record=name, facts=facts
+                        question[0], trigger, record=names[0], facts=facts
                     )
                 if dest is not run_dest and run:
                     items.append(_transitions(run, trigger, run_dest, reason))
                     run = []
                 run_dest = dest
-                run.append(name)
+                run.extend(names)
             if run:
                 items.append(_transitions(run, trigger, run_dest, reason))
         if decision.over_budget:
