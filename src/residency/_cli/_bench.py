@@ -30,6 +30,7 @@ BENCHES: dict[str, str] = {
     "search": "residency._bench.search",
     "catalog": "residency._bench.catalog",
     "fleet": "residency._bench.fleet",
+    "serving": "residency._bench.serving",
 }
 
 

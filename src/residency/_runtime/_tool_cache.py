@@ -13,11 +13,13 @@ Two maps find a spec, both keyed with the minify function (what a tool is shown 
 * by the definition's hash (``definition_hash``: sha256 of its canonical JSON): replay and
   checkpoint restore, which verify what they read against that hash;
 * by a digest of the raw definition's ``marshal`` encoding: ``register_tools``' fast path,
-  three times cheaper than even a JSON encoding. ``marshal`` takes only the exact builtin types
+  two to three times cheaper than even a JSON encoding. ``marshal`` takes only the exact builtin types
   (a subclass, or anything else, is refused and takes the slow path) and its bytes decode to one
   object graph, so equal bytes mean an equal definition with equal types (``1``, ``1.0`` and
-  ``true`` differ), which ``parse_tool`` turns into the same copy. (Bytes can differ for equal
-  definitions, when shared strings are encoded as back-references: that only costs a miss.) A
+  ``true`` differ), which ``parse_tool`` turns into the same copy. Format version 0: later ones
+  encode an object seen twice, or an interned string, differently (they depend on reference
+  counts and interning), so the gateway's specs, made from its catalog at startup, would miss
+  when a session registers that same catalog. A
   definition is entered here only after it passed every check ``register_tools`` makes (depth,
   shape, JSON Schema, minify), so a hit means those checks passed for that very definition.
 
@@ -96,7 +98,7 @@ _schema_checks: OrderedDict[bytes, str | None] = OrderedDict()
 def _raw_key(raw: Any) -> bytes | None:
     """A digest of ``raw``'s marshal encoding, or None if it has no plain one (slow path)."""
     try:
-        data = marshal.dumps(raw, marshal.version)
+        data = marshal.dumps(raw, 0)  # version 0: the bytes depend on the content alone
     except (ValueError, RecursionError):  # not exact builtin types, or nested too deep
         return None
     return hashlib.sha256(data).digest()
