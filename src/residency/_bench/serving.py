@@ -143,12 +143,11 @@ async def _http_memory(report: BenchReport, args: argparse.Namespace, tmp: Path)
     proxy = [*_upstream_argv("http", proxy_port)[:3], "--serve-proxy", up_url, "--port", str(proxy_port)]
     upstream = [*_upstream_argv("http", up_port), "--tools", str(max(0, args.session_tools - 1))]
     clients = max(1, args.clients)
-    async with (
-        _process(upstream, tmp / "upstream.log") as up,
-        _process(serve, tmp / "gateway.log") as gateway,
-        _process(proxy, tmp / "proxy.log") as bare,
-    ):
-        await wait_for_port(up_port, up)
+    async with contextlib.AsyncExitStack() as stack:
+        up = await stack.enter_async_context(_process(upstream, tmp / "upstream.log"))
+        await wait_for_port(up_port, up)  # the proxy lists it as it starts
+        gateway = await stack.enter_async_context(_process(serve, tmp / "gateway.log"))
+        bare = await stack.enter_async_context(_process(proxy, tmp / "proxy.log"))
         await wait_for_port(gw_port, gateway)
         await wait_for_port(proxy_port, bare)
         through_gateway = await _per_session(f"http://127.0.0.1:{gw_port}/mcp", gateway.pid, clients)
