@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from residency import minify_tool
+import pytest
+
+from residency import minify_tool, minify_tool_with_report
 from residency._bench._seed003 import seed003_prune
+from residency._core import _minify
 from residency._core._minify import LEVELS
 from residency._core._minify_constraints import constraint_atoms
 from residency._verify import verify_levels
@@ -42,3 +45,16 @@ def test_the_seed_pruner_loses_constraints_on_the_corpus() -> None:
             total += sum(original.values())
             lost += sum((original - constraint_atoms(seed003_prune(tool)["inputSchema"])).values())
     assert lost > 0.2 * total
+
+
+def test_schemas_without_a_reference_skip_the_reference_passes_and_minify_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ``_mentions_ref`` lets a schema with no ``$ref`` skip three walks; taking them anyway must
+    # give the same schemas and the same change counts, at every level, on every corpus tool.
+    tools = [t for server in load_corpus().values() for t in server]
+    assert sum(not _minify._mentions_ref(t.get("inputSchema", {})) for t in tools) > len(tools) // 2
+    fast = [minify_tool_with_report(t, level) for t in tools for level in LEVELS]
+    monkeypatch.setattr(_minify, "_mentions_ref", lambda schema: True)
+    walked = [minify_tool_with_report(t, level) for t in tools for level in LEVELS]
+    assert fast == walked

@@ -26,6 +26,7 @@ Pure: no I/O. Token counting is the caller's (``residency.count_tokens``).
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -112,13 +113,15 @@ def _ref_targets(root: object) -> set[str]:
 class _Walk:
     """One pass over one schema. ``changes`` counts what went."""
 
-    def __init__(self, root: Mapping[str, Any], level: MinifyLevel, tool: str, where: str) -> None:
+    def __init__(
+        self, root: Mapping[str, Any], level: MinifyLevel, tool: str, where: str, *, refs: bool = True
+    ) -> None:
         self.root = root
         self.level = level
         self.tool = tool
         self.where = where
         self.changes: Counter[str] = Counter()
-        self.targets = _ref_targets(root)
+        self.targets = _ref_targets(root) if refs else set()
 
     def fail(self, path: str, reason: str) -> SchemaError:
         return SchemaError(f"tool {self.tool!r}: {reason} at {self.where}{path}", where=self.where + path)
@@ -227,11 +230,19 @@ class _Walk:
         return out
 
 
-def _prune_definitions(schema: dict[str, Any], changes: Counter[str]) -> dict[str, Any]:
-    """Drop ``$defs``/``definitions`` entries that no ``$ref`` reaches from outside them.
+def _prune_definitions(schema: dict[str, Any], changes: Counter[str], *, refs: bool = True) -> dict[str, Any]:
+    """Drop ``$defs``/``definitions`` entries that no ``$ref`` reaches from outside them
+    (``refs``: whether the schema may hold a ``$ref``; without one, every entry goes).
 
     Skipped unless every reference is a ``#/`` JSON Pointer: an anchor could reach any entry.
     """
+    if not refs:
+        for keyword in ("$defs", "definitions"):
+            defs = schema.get(keyword)
+            if isinstance(defs, Mapping) and defs:
+                changes["unused definition"] += len(defs)
+                schema = {k: v for k, v in schema.items() if k != keyword}
+        return schema
     if not all(isinstance(r, str) and r.startswith("#/") for r in _refs(schema)):
         return schema
     for keyword in ("$defs", "definitions"):
@@ -279,7 +290,8 @@ def minify_schema(
         SchemaError: a subschema that is neither an object nor a boolean, an unresolvable
             ``$ref``, or a root that is not ``type: object``; ``where`` is the JSON Pointer.
     """
-    walk = _Walk(schema, level, tool, where)
+    refs = _mentions_ref(schema)
+    walk = _Walk(schema, level, tool, where, refs=refs)
     root_type = schema.get("type", "object")
     if root_type != "object":
         raise walk.fail("", f"the root of an input schema must be type 'object', not {root_type!r}")
@@ -288,9 +300,17 @@ def minify_schema(
     if "type" not in out:
         out = {"type": "object", **out}
         walk.changes["root type object added"] += 1
-    out = _prune_definitions(out, walk.changes)
-    _check_refs(out, tool, where)
+    out = _prune_definitions(out, walk.changes, refs=refs)
+    if refs:  # the walk adds no reference: without one in, there is none to check
+        _check_refs(out, tool, where)
     return out, walk.changes
+
+
+def _mentions_ref(schema: Mapping[str, Any]) -> bool:
+    """Whether ``"$ref"`` appears anywhere in ``schema``'s JSON: as a key it is a reference
+    (then the three passes over every subschema that references need are made); as a string
+    it only costs those passes. One C-level encoding instead of a walk: most schemas have none."""
+    return '"$ref"' in json.dumps(schema, ensure_ascii=False)
 
 
 def _check_level(level: object) -> MinifyLevel:
