@@ -39,6 +39,7 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, cast
 
@@ -62,14 +63,13 @@ from residency._gateway._connection import ListChangedServer, connection_of, is_
 from residency._gateway._errors import protocol_errors
 from residency._gateway._reads import ResourceHandlers
 from residency._gateway._sessions import GatewaySession, SessionTable, View, store_id
-from residency._gateway._telemetry import Telemetry, meta_tool_tokens
+from residency._gateway._telemetry import Telemetry, count_tokens_aside, meta_tool_tokens
 from residency._gateway._upstream import Upstream
 from residency._runtime import Session
 from residency._runtime._tool_cache import checked_tool
 from residency._store import open_store
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
-from residency._tokens import count_tokens
 
 if TYPE_CHECKING:
     from residency._gateway._fanout import Fanout
@@ -193,6 +193,9 @@ class Gateway:
             overrides[name] = {"readOnlyHint": False}
         self._overrides = overrides
         self.catalog = Catalog()
+        self._catalog_count: Future[int] = Future()
+        self._catalog_count.set_result(0)
+        self._gauged: Future[int] | None = None
         self._sessions: SessionTable | None = None
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -287,14 +290,21 @@ class Gateway:
             self._applied[name] = upstream.version
         self.catalog = build_catalog(offered, reserved=meta.META_TOOLS, overrides=self._overrides)
         self._shown_cache.clear()
-        self._catalog_tokens: int | None = None  # counted on first use: only telemetry needs it
+        # Only telemetry needs it, first at the first list: counted meanwhile, beside the loop.
+        self._catalog_count = count_tokens_aside(self.catalog.definitions())
 
     def catalog_tokens(self) -> int:
-        """Tokens of every upstream tool's full definition: what a list without residency costs."""
-        if self._catalog_tokens is None:
-            self._catalog_tokens = sum(count_tokens(d) for d in self.catalog.definitions())
-            self.telemetry.set_catalog(len(self.catalog), self._catalog_tokens)
-        return self._catalog_tokens
+        """Tokens of every upstream tool's full definition: what a list without residency costs.
+
+        Counted in a thread from each catalog rebuild on (the encoder runs outside the GIL, so
+        at 10,000 tools the count overlaps the first session's registration instead of
+        following it); this waits for that count if it is still running."""
+        count = self._catalog_count
+        tokens = count.result()
+        if self._gauged is not count:
+            self._gauged = count
+            self.telemetry.set_catalog(len(self.catalog), tokens)
+        return tokens
 
     def _usable(self, server: str, tool: Mapping[str, Any]) -> bool:
         try:

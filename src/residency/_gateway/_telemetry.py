@@ -39,7 +39,10 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -48,7 +51,7 @@ from residency._gateway._config import Secrets
 from residency._gateway._meta_tools import META_TOOLS, meta_tool_definitions
 from residency._tokens import count_tokens
 
-__all__ = ["CALL_BUCKETS", "Telemetry", "meta_tool_tokens"]
+__all__ = ["CALL_BUCKETS", "Telemetry", "count_tokens_aside", "meta_tool_tokens"]
 
 logger = logging.getLogger("residency.gateway")
 
@@ -200,3 +203,17 @@ class Telemetry:
     def prometheus(self) -> tuple[bytes, str]:
         """The metrics in the Prometheus text format, and that format's content type."""
         return generate_latest(self.registry), CONTENT_TYPE_PLAIN_0_0_4
+
+
+def count_tokens_aside(definitions: Sequence[Mapping[str, Any]]) -> Future[int]:
+    """The tokens of ``definitions``, counted in a daemon thread of its own."""
+    future: Future[int] = Future()
+
+    def count() -> None:
+        try:
+            future.set_result(sum(count_tokens(d) for d in definitions))
+        except BaseException as exc:  # handed to whoever asks for the count
+            future.set_exception(exc)
+
+    threading.Thread(target=count, name="residency-catalog-tokens", daemon=True).start()
+    return future
