@@ -241,6 +241,15 @@ class _Index:
         placing = [
             i for i, kind in enumerate(map(_KIND, chunk), start) if kind is _REGISTERED or kind is _REEXPANDED
         ]
+        if not placed and all(self.events[i].kind is _REGISTERED for i in placing):
+            # A new index over registrations only (a session's catalog): placed in one update
+            # when no name comes twice (else each takes its last place, below).
+            placed.update(zip((self.events[i].subject for i in placing), placing, strict=True))
+            if len(placed) == len(placing):
+                self.last_turn = turns[-1]
+                self.seen = end
+                return
+            placed.clear()
         for i in placing:
             event = self.events[i]
             name = event.subject
