@@ -22,7 +22,6 @@ def test_a_tiny_run_reports_the_first_list_and_the_memory_per_session() -> None:
     assert ratio.target == "<= 2x" and ratio.value > 0 and ratio.ok is (ratio.value <= 2)
     first = report.data["first_list"]
     assert first["tools"] == 60 and len(first["direct_s"]) == len(first["gateway_s"]) == 1
-    assert first["listed"] > 0  # the meta-tools at least: the gateway answered a real list
     if not Path("/proc/self/status").exists():
         pytest.skip("no /proc: the memory figure is skipped")
     memory = figures["memory per HTTP client session, 20 upstream tools, gateway"]
