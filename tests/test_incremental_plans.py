@@ -1,12 +1,12 @@
 """A turn planned from the tools that can matter must plan exactly what reading every tool plans.
 
 ``PlanPart`` keeps the resident, tombstoned and archived tools, the registration order and the
-residency order in a cache beside the state (``_Index``), caught up from the event log, and
-decides from those few tools. Here one session does that and another reads every tool on every
-turn (and takes no steady shortcut); random sequences of calls, re-expansions, transitions,
-redefinitions, phases, budgets, reopens and checkpoints must leave them with equal plans, equal
-states and equal reads. Before each plan, the incremental decision is also compared with the
-full one on the same state.
+residency order in a cache beside the state (``residency._runtime._plan_index``), caught up
+from the event log, and decides from those few tools. Here one session does that and another
+reads every tool on every turn (and takes no steady shortcut); random sequences of calls,
+re-expansions, transitions, redefinitions, phases, budgets, reopens and checkpoints must leave
+them with equal plans, equal states and equal reads. Before each plan, the incremental decision
+is also compared with the full one on the same state.
 """
 
 from __future__ import annotations
