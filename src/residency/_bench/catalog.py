@@ -15,7 +15,8 @@ Figures, measured in one run on the dev corpus (405 real tool definitions, names
 * registering the ``--big``-tool catalog in a new session once another holds it;
 * the cold ``plan_turn`` over the ``--big``-tool catalog (the first plan, which prunes most of
   it; target <= 50 ms), as sessions are made by default (a checkpoint falls due in it and is
-  saved after it) and with automatic checkpoints off (the plan alone);
+  saved after it) and with automatic checkpoints off (the plan alone); the median of 7 new
+  sessions, the garbage of each one's registration collected before its plan is timed;
 * a non-steady ``plan_turn`` over 1,000 and ``--big`` tools (about 40 resident), the median of
   ``--turns`` turns each after one call whose arguments overflow their budget, after one
   re-expansion, and after a phase change: as a session plans it (from the tools that can matter,

@@ -13,15 +13,15 @@ Two maps find a spec, both keyed with the minify function (what a tool is shown 
 * by the definition's hash (``definition_hash``: sha256 of its canonical JSON): replay and
   checkpoint restore, which verify what they read against that hash;
 * by a digest of the raw definition's ``marshal`` encoding: ``register_tools``' fast path,
-  two to three times cheaper than even a JSON encoding. ``marshal`` takes only the exact builtin types
-  (a subclass, or anything else, is refused and takes the slow path) and its bytes decode to one
-  object graph, so equal bytes mean an equal definition with equal types (``1``, ``1.0`` and
-  ``true`` differ), which ``parse_tool`` turns into the same copy. Format version 0: later ones
-  encode an object seen twice, or an interned string, differently (they depend on reference
-  counts and interning), so the gateway's specs, made from its catalog at startup, would miss
-  when a session registers that same catalog. A
-  definition is entered here only after it passed every check ``register_tools`` makes (depth,
-  shape, JSON Schema, minify), so a hit means those checks passed for that very definition.
+  cheaper than a JSON encoding. ``marshal`` takes only the exact builtin types (a subclass, or
+  anything else, is refused and takes the slow path) and its bytes decode to one object graph,
+  so equal bytes mean an equal definition with equal types (``1``, ``1.0`` and ``true``
+  differ), which ``parse_tool`` turns into the same copy. Format version 0: later versions
+  encode an object seen twice, or an interned string, by reference (the bytes then depend on
+  reference counts and interning), so an equal definition built another way, such as a copy
+  parsed again from the same JSON, would miss. A definition is entered here only after it
+  passed every check ``register_tools`` makes (depth, shape, JSON Schema, minify), so a hit
+  means those checks passed for that very definition.
 
 Both hold their values weakly: a spec lives as long as a session holds it, or while it is one
 of the last ``SPECS_KEPT`` specs made (so a gateway whose sessions all closed does not pay for
