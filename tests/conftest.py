@@ -1,4 +1,9 @@
-"""Shared fixtures. Tests run under anyio's own pytest plugin (``@pytest.mark.anyio``)."""
+"""Shared fixtures and the two tiers. Tests run under anyio's own pytest plugin (``@pytest.mark.anyio``).
+
+``pytest`` runs the fast tier: every test not marked ``slow``, and the property-based tests with
+fewer examples (``tests/_tiers.py``). ``pytest --run-slow`` runs every test at full strength, as
+CI does; a ``-m`` expression of your own also runs what it selects at full strength.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,47 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+from tests import _tiers
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpora" / "dev"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-slow",
+        action="store_true",
+        help="run the whole suite: also the tests marked slow (processes, real peers, whole corpora), "
+        "and the property-based tests with all their examples, as CI does",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _tiers.FULL = bool(config.getoption("--run-slow") or config.option.markexpr)
+    # Properties that set no example count of their own run Hypothesis' default in the full tier.
+    settings.register_profile("fast", max_examples=_tiers.examples(100))
+    if not _tiers.FULL:
+        settings.load_profile("fast")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if _tiers.FULL:
+        return "tier: full (every selected test, property-based tests at full strength)"
+    return (
+        "tier: fast (tests marked slow are left out, properties run a tenth of their examples; "
+        "--run-slow runs all)"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _tiers.FULL:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+        config.hook.pytest_deselected(items=slow)
 
 
 @pytest.fixture

@@ -80,7 +80,7 @@ def test_no_scope_part_when_asked_for_none() -> None:
 def test_the_chains_bench_runs_from_the_cli_and_writes_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert BENCHES["chains"] == "residency._bench.chains"
+    assert BENCHES["chains"].module == "residency._bench.chains"
     out = tmp_path / "chains.json"
     assert cli_main(["bench", "chains", *TINY, "--json", str(out)]) in (0, 1)  # 1: a target missed
     (written,) = json.loads(out.read_text())

@@ -7,12 +7,14 @@ import json
 import math
 
 import psycopg
+import pytest
 
 from residency._bench import fleet
 from residency._cli import main
 from tests.postgres import pg_url
 
 
+@pytest.mark.slow
 def test_the_fleet_bench_measures_every_set_up_and_drops_its_schema() -> None:
     url = pg_url()
     parser = argparse.ArgumentParser()

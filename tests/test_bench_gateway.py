@@ -61,7 +61,7 @@ def test_a_small_in_process_run_reports_every_ratio_with_its_target() -> None:
 
 
 def test_the_gateway_bench_is_registered_and_runs_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    assert BENCHES["gateway"] == "residency._bench.gateway"
+    assert BENCHES["gateway"].module == "residency._bench.gateway"
     code = cli_main(
         ["bench", "gateway", "--calls", "4", "--list-tools", "10", "--list-repeat", "1", "--wire", "none"]
     )

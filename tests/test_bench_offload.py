@@ -51,7 +51,7 @@ def test_a_size_under_the_offload_threshold_is_refused() -> None:
 
 @pytest.mark.slow
 def test_the_offload_bench_runs_over_stdio_from_the_cli(tmp_path: Path) -> None:
-    assert BENCHES["offload"] == "residency._bench.offload"
+    assert BENCHES["offload"].module == "residency._bench.offload"
     out = tmp_path / "offload.json"
     argv = ["bench", "offload", "--size", "60000", "--calls", "2", "--wire-calls", "2", "--json", str(out)]
     assert cli_main(argv) == 0  # no targets: only a failure to run exits non-zero

@@ -113,6 +113,7 @@ def entry(e: Any) -> IndexedTool:
     return IndexedTool(e.name, e.hash, e.definition, e.server)
 
 
+@pytest.mark.slow
 def test_a_small_run_reports_quality_and_latency_against_the_old_search(tmp_path: Path) -> None:
     load_corpus()  # skips without the corpus
     clear_shared_indexes()

@@ -452,6 +452,7 @@ def test_a_result_given_as_text_is_counted_and_a_bad_size_is_refused() -> None:
     assert caught.value.where == "$.turns[1].calls[0].result_tokens"
 
 
+@pytest.mark.slow
 def test_the_cli_writes_json_a_plot_and_the_readme_table(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

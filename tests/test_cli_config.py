@@ -56,6 +56,7 @@ def findings(err: str, severity: str) -> list[str]:
 # -- the command ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_valid_config_with_a_real_upstream_is_ok(tmp_path: Path) -> None:
     path = gateway_file(
         tmp_path, {"desk": DESK}, {"pinned": ["get_incident"], "phases": {"t": ["get_timeline"]}}
@@ -66,6 +67,7 @@ def test_a_valid_config_with_a_real_upstream_is_ok(tmp_path: Path) -> None:
     assert done.stdout.splitlines() == [f"{path}: OK: 1 server; desk: 14 tools; 0 warnings"]
 
 
+@pytest.mark.slow
 def test_tools_no_upstream_offers_are_warned_about_with_their_key_and_line(tmp_path: Path) -> None:
     desk_v2 = {**DESK, "args": [*DESK["args"], "--schema", "v2"]}
     path = gateway_file(
@@ -96,6 +98,7 @@ def test_tools_no_upstream_offers_are_warned_about_with_their_key_and_line(tmp_p
     assert "desk-a: 14 tools, desk-b: 14 tools; 3 warnings" in done.stdout
 
 
+@pytest.mark.slow
 def test_an_upstream_that_does_not_start_is_named_and_exits_1(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-server")
     path = gateway_file(tmp_path, {"desk": DESK, "broken": {"command": missing}}, {"pinned": ["gone"]})
@@ -108,6 +111,7 @@ def test_an_upstream_that_does_not_start_is_named_and_exits_1(tmp_path: Path) ->
     assert "broken" in unknown  # the tool may be one of the upstream that did not start
 
 
+@pytest.mark.slow
 def test_an_upstream_that_never_answers_fails_after_startup_timeout(tmp_path: Path) -> None:
     mute = {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}
     path = gateway_file(tmp_path, {"desk": DESK, "mute": mute}, {"startup_timeout": 3, "ready_wait": 0})
@@ -117,6 +121,7 @@ def test_an_upstream_that_never_answers_fails_after_startup_timeout(tmp_path: Pa
     assert "key 'mcpServers.mute'" in error and "did not start" in error
 
 
+@pytest.mark.slow
 def test_an_upstream_error_never_shows_a_secret(tmp_path: Path) -> None:
     secret = "s3cret-v4lue-in-env"
     broken = {"command": str(tmp_path / "absent"), "args": [secret], "env": {"TOKEN": secret}}
@@ -207,6 +212,7 @@ def test_what_hosts_get_wrong_is_warned_about_without_connecting(
     assert not (tmp_path / "relative.db").exists() and not (ROOT / "relative.db").exists()
 
 
+@pytest.mark.slow
 def test_a_pinned_meta_tool_is_pointed_out(tmp_path: Path) -> None:
     path = gateway_file(tmp_path, {"desk": DESK}, {"pinned": ["search_tools"]})
     done = check(str(path))
@@ -227,6 +233,7 @@ def test_an_entry_that_serves_this_same_file_is_an_error(
     assert main(["config", "check", "--no-connect", str(other)]) == 0
 
 
+@pytest.mark.slow
 def test_a_check_does_not_create_the_configured_store(tmp_path: Path) -> None:
     db = tmp_path / "sessions.db"
     path = gateway_file(tmp_path, {"desk": DESK}, {"store": f"sqlite:///{db}"})
@@ -355,6 +362,7 @@ def test_mcp_servers_host_samples_point_at_a_gateway_config_that_checks(
     assert captured.err == "" and "0 warnings" in captured.out
 
 
+@pytest.mark.slow
 def test_the_sample_gateway_config_serves_its_upstream(tmp_path: Path) -> None:
     path = write(tmp_path / "gateway.json", concrete((HOSTS / "gateway.json").read_text()))
     done = check(str(path))

@@ -19,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from residency import Budget, MemoryStore, ResidencyError, Session, ToolState
 from residency._core._planner import PLANNERS
+from tests._tiers import examples
 
 COUNT = 24
 NAMES = [f"tool_{i}" for i in range(COUNT)]
@@ -170,7 +171,10 @@ class IncrementalAgainstFull(RuleBasedStateMachine):
 
 TestIncrementalAgainstFull = IncrementalAgainstFull.TestCase
 TestIncrementalAgainstFull.settings = settings(
-    max_examples=200, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(200),
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 

@@ -15,6 +15,7 @@ from residency._verify import verify_levels
 from tests.conftest import load_corpus
 
 
+@pytest.mark.slow
 def test_no_level_loses_a_constraint_or_changes_a_verdict_on_the_corpus() -> None:
     problems: list[str] = []
     judged = 0

@@ -562,6 +562,7 @@ def test_killed_connections_are_replaced_without_an_error(url: str, schema: str,
         assert store.append("s", [_entry(2)], after=1) == 2  # an append checks what was committed
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_store_cut_off_from_its_server_is_unavailable_then_recovers_by_itself(
     base: str, schema: str

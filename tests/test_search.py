@@ -31,6 +31,7 @@ from residency._search import (
     tokenize,
 )
 from residency._search._semantic import MiniLMEmbedder
+from tests._tiers import examples
 from tests.conftest import load_corpus
 
 
@@ -150,7 +151,9 @@ FILTERED = ToolIndex(indexed(TOOLS), embedder=BagOfWords())
 FILTERED.embed()
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     among=st.sets(st.sampled_from([t["name"] for t in TOOLS] + ["not_in_the_catalog"])),
     query=st.sampled_from(

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import invariant
 
 from residency import Budget, MemoryStore, Session
+from tests._tiers import examples
 
 from . import test_session_stateful as stateful
 from . import test_store_agreement as agreement
@@ -31,11 +32,17 @@ class CheckedAgreement(agreement.StoreAgreement):
 
 TestCheckedSession = CheckedSession.TestCase
 TestCheckedSession.settings = settings(
-    max_examples=150, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(150),
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 TestCheckedAgreement = CheckedAgreement.TestCase
 TestCheckedAgreement.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(25),
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 CHAIN_TOOLS = [

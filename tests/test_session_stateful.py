@@ -19,6 +19,7 @@ from residency import (
     ToolNotResident,
     ToolState,
 )
+from tests._tiers import examples
 
 R, T, E, A = ToolState.RESIDENT, ToolState.TOMBSTONED, ToolState.EVICTED, ToolState.ARCHIVED
 NAMES = [f"tool_{i}" for i in range(6)]
@@ -174,5 +175,8 @@ class SessionMachine(RuleBasedStateMachine):
 
 TestSession = SessionMachine.TestCase
 TestSession.settings = settings(
-    max_examples=500, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(500),
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )

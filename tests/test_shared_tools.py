@@ -154,6 +154,7 @@ def test_a_forged_checkpoint_definition_is_never_shared() -> None:
     assert reopened.tool("g") is fresh.tool("g")
 
 
+@pytest.mark.slow
 def test_the_catalog_benchmark_reports_memory_and_register_time() -> None:
     args = argparse.Namespace(corpus=None, sessions=2, repeat=2, big=500)
     report = bench_catalog.run(args)

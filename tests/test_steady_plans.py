@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from residency import Budget, MemoryStore, ResidencyError, Session
 from residency._core._planner import PLANNERS
+from tests._tiers import examples
 
 NAMES = [f"tool_{i}" for i in range(5)]
 PHASES = {"read": ["tool_1", "tool_2"], "write": ["tool_3"]}
@@ -113,7 +114,10 @@ class SteadyAgainstFull(RuleBasedStateMachine):
 
 TestSteadyAgainstFull = SteadyAgainstFull.TestCase
 TestSteadyAgainstFull.settings = settings(
-    max_examples=300, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(300),
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 

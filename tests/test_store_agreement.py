@@ -36,6 +36,7 @@ from residency import (
     UnrecoverablePruneError,
     WindowItemKind,
 )
+from tests._tiers import examples
 
 from .postgres import drop_schema, new_schema, pg_url, with_params
 
@@ -333,7 +334,10 @@ def test_an_illegal_span_trigger_changes_nothing_on_either_store(tmp_path: Path)
 
 TestStoreAgreement = StoreAgreement.TestCase
 TestStoreAgreement.settings = settings(
-    max_examples=60, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(60),
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 
 
@@ -395,5 +399,8 @@ class PostgresAgreement(StoreAgreement):
 
 TestPostgresAgreement = PostgresAgreement.TestCase
 TestPostgresAgreement.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(25),
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from residency import InvalidInput
 from residency._core._chains import ChainArchive, ChainRecord, build_chain, cold_record
 from residency._core._predicates import OPS, constraint_json, holds, parse_constraint, render_constraint
+from tests._tiers import examples
 
 TOPOLOGY = ["search_api_v2", "html_parser", "llm_extractor"]
 BIG = {"tool": "html_parser", "argument": "payload_bytes", "op": ">", "value": 5_000_000}
@@ -394,7 +395,7 @@ def naive(chains: list[ChainRecord], tools: list[str], args: list[Any]) -> bool:
     return False
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(records(), SEQ, SEQ, st.data())
 def test_a_collision_is_found_wherever_the_prefix_sits(
     record: ChainRecord, left: list[str], right: list[str], data: st.DataObject
@@ -411,7 +412,7 @@ def test_a_collision_is_found_wherever_the_prefix_sits(
     assert tools[verdict.span[0] : verdict.span[0] + len(run)] == run
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(records(), SEQ)
 def test_a_sequence_without_the_fatal_run_never_collides(record: ChainRecord, tools: list[str]) -> None:
     run = list(record.fatal_run)
@@ -420,7 +421,7 @@ def test_a_sequence_without_the_fatal_run_never_collides(record: ChainRecord, to
     assert verdict.safe is not present
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(records(), max_size=6), SEQ, st.data())
 def test_the_index_agrees_with_a_naive_scan_of_every_chain(
     chains: list[ChainRecord], tools: list[str], data: st.DataObject
@@ -429,7 +430,7 @@ def test_the_index_agrees_with_a_naive_scan_of_every_chain(
     assert ChainArchive(chains).check(tools, args).safe is not naive(chains, tools, args)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(records(), min_size=1, max_size=6), st.randoms(use_true_random=False))
 def test_the_archive_digest_does_not_depend_on_order(chains: list[ChainRecord], rnd: Any) -> None:
     shuffled = list(chains)

@@ -15,6 +15,7 @@ from residency import InvalidInput, MinifyReport, SchemaError, minify_tool, mini
 from residency._core._minify import LEVELS
 from residency._core._minify_constraints import constraints_lost
 from residency._core._minify_text import opening, parameter_note, sentences
+from tests._tiers import examples
 
 KEYWORD_NAMED = {
     "name": "keyword_named",
@@ -292,7 +293,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_schemas, st.lists(_json, min_size=1, max_size=6), st.sampled_from(LEVELS))
 def test_minified_schemas_judge_every_instance_as_the_original(
     prop: dict[str, Any], instances: list[object], level: str

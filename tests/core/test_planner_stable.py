@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from residency import Budget, MemoryStore, ResidencyError, Session, ToolState
+from tests._tiers import examples
 
 NAMES = [f"tool_{i}" for i in range(7)]
 PINNED = "tool_0"
@@ -111,5 +112,8 @@ class StablePlans(RuleBasedStateMachine):
 
 TestStablePlans = StablePlans.TestCase
 TestStablePlans.settings = settings(
-    max_examples=300, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=examples(300),
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )

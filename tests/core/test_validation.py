@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from residency._core._validation import ArgumentValidator, scan_arguments, unsafe_reason
 from residency._verify import generate_instances
+from tests._tiers import examples
 from tests.conftest import load_corpus
 
 LIMIT = 64
@@ -40,6 +41,7 @@ def corpus_schemas() -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
+@pytest.mark.slow
 def test_on_every_corpus_tool_the_compiled_verdict_equals_the_reference_verdict() -> None:
     disagreements: list[str] = []
     judged = compiled_tools = 0
@@ -104,7 +106,7 @@ HAND_SCHEMAS: list[dict[str, Any]] = [
 
 
 @pytest.mark.parametrize("schema", HAND_SCHEMAS, ids=range(len(HAND_SCHEMAS)))
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(value=JSON, key=st.sampled_from(["a", "b", "ab", "abc"]))
 def test_on_drawn_values_the_verdict_is_the_references(
     schema: dict[str, Any], value: object, key: str

@@ -46,6 +46,7 @@ from residency._core._tools import JSONObject
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._demo import desk_tools
 from residency._gateway._http import bind, serve_http
+from tests._tiers import examples
 from tests._timing import CLEANUP, START, STEP
 from tests.gateway import secret_upstream
 from tests.gateway.conftest import config
@@ -61,7 +62,7 @@ ANSWER_WITHIN = STEP
 TIME_BUDGET = 240.0
 """Seconds one property test runs at most (see ``Budget``)."""
 
-EXAMPLES = 150
+EXAMPLES = examples(150)
 
 FUZZ_SETTINGS = settings(
     max_examples=EXAMPLES,

@@ -190,6 +190,7 @@ def test_the_reference_replaces_each_placeholder_or_is_appended() -> None:
     assert hook_argv(["revoke", "--now"], "key-1") == ["revoke", "--now", "key-1"]
 
 
+@pytest.mark.slow
 def test_a_hook_that_outlives_its_timeout_fails_and_leaves_no_process_behind(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
     script = (

@@ -44,7 +44,6 @@ from residency._core._tools import parse_tool
 from residency._runtime import Session
 from residency._runtime._tool_cache import metaschema_problem, schema_problem
 
-SUMMARY = "memory and time of one more session registering an already-known 405-tool catalog"
 SMALL_ARGS = ["--sessions", "10", "--repeat", "5", "--big", "2000"]
 
 MB = 1024 * 1024
@@ -270,7 +269,7 @@ def run(args: argparse.Namespace) -> BenchReport:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark from ``python -m residency._bench.catalog`` and print its figures."""
-    parser = argparse.ArgumentParser(description=SUMMARY)
+    parser = argparse.ArgumentParser(description=__doc__)
     add_arguments(parser)
     parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON to this file")
     args = parser.parse_args(argv)

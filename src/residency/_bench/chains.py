@@ -65,7 +65,6 @@ from residency._runtime import Session
 from residency._store._protocol import DEFAULT_SCOPE
 from residency._store._sqlite import SQLiteStore
 
-SUMMARY = "check_chain against 100/1k/10k archived chains vs a naive scan of every chain"
 SMALL_ARGS = [
     "--repeat",
     "5",

@@ -49,9 +49,6 @@ from residency._bench._report import BenchReport, time_per_call
 from residency._bench.gateway import ECHO, free_port, percentile, wait_for_port
 from residency._gateway import SESSION_META_KEY
 
-SUMMARY = (
-    "replicas: calls/s and p50/p99 for 1 and 2 replicas on PostgreSQL against 1 on SQLite; catch-up cost"
-)
 SMALL_ARGS = ["--sessions", "4", "--calls", "20"]
 
 PG_ENV = "RESIDENCY_PG_URL"

@@ -61,7 +61,6 @@ from residency._bench._corpus import numbered_tools
 from residency._bench._report import BenchReport
 from residency._gateway import RESPONSES_ENV, Gateway, in_process_era, parse_config
 
-SUMMARY = "gateway overhead: tools/call p50/p99 against the upstream direct, 1 and 10 sessions; tools/list"
 SMALL_ARGS = ["--calls", "200", "--wire-calls", "40", "--list-repeat", "3"]
 
 ECHO = "echo"

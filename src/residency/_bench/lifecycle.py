@@ -24,7 +24,6 @@ from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
 from residency._core._planner import Budget
 from residency._runtime import Session
 
-SUMMARY = "plan_turn cost vs json.dumps of the tool list, memory per recorded call, transition cost"
 SMALL_ARGS = ["--tools", "1000", "--calls", "10000"]
 
 

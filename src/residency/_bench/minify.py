@@ -34,9 +34,8 @@ from residency._core._minify_constraints import constraint_atoms
 from residency._tokens import count_tokens, tokenizer_name
 from residency._verify import verify_levels
 
-__all__ = ["SMALL_ARGS", "SUMMARY", "add_arguments", "run"]
+__all__ = ["SMALL_ARGS", "add_arguments", "run"]
 
-SUMMARY = "constraints lost, verdict disagreements and token cut per minify level, vs the seed-003 pruner"
 SMALL_ARGS = ["--examples", "2", "--quiet"]
 
 SEED = "seed-003"

@@ -50,7 +50,6 @@ from residency._bench.gateway import percentile
 from residency._gateway import MAX_RANGE, SPAN_META_KEY, Gateway, parse_config
 from residency._tokens import count_tokens
 
-SUMMARY = "gateway tools/call latency for a 1 MB result, span offloading on vs off"
 SMALL_ARGS = ["--calls", "6", "--wire-calls", "4"]
 
 DUMP = "dump"

@@ -55,7 +55,6 @@ from residency._search import (
 from residency._search._index import vector_key
 from residency._search._text import summary_line
 
-SUMMARY = "search_tools: R@1/R@5/MRR on labelled task queries (BM25, semantic, fusion) and latency vs before"
 SMALL_ARGS = ["--big", "2000", "--baseline-queries", "5"]
 
 _CUTOFF = 10

@@ -48,9 +48,6 @@ from residency._bench.gateway import (
     wait_for_port,
 )
 
-SUMMARY = (
-    "residency serve at scale: first tools/list over stdio at 10,000 tools, memory per HTTP client session"
-)
 SMALL_ARGS = ["--tools", "2000", "--rounds", "1", "--clients", "10"]
 
 FIRST_LIST_TARGET = 2.0

@@ -70,7 +70,6 @@ __all__ = [
     "GENERATED_END",
     "GENERATED_START",
     "SMALL_ARGS",
-    "SUMMARY",
     "add_arguments",
     "main",
     "plot",
@@ -81,10 +80,6 @@ __all__ = [
     "write_readme",
 ]
 
-SUMMARY = (
-    "tool tokens, prompt-cache cost, ghost calls and re-expansions over agent sessions, "
-    "seven strategies side by side"
-)
 SMALL_ARGS = ["--quiet"]
 
 REPO = Path(__file__).resolve().parents[3]

@@ -47,7 +47,6 @@ from residency._runtime._journal import DEFAULT_CHECKPOINT_EVERY
 from residency._store._protocol import content_key
 from residency._store._sqlite import SQLiteStore
 
-SUMMARY = "externalize, restore and reopen of SQLite-backed spans vs raw sqlite3 on the same bytes"
 SMALL_ARGS = ["--spans", "10000", "--sample", "1000", "--per-session", "20"]
 _CHUNK = 50
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789 _-=+(){}[];:,."

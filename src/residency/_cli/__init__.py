@@ -1,8 +1,11 @@
 """The ``residency`` command line.
 
-Each sub-command lives in its own module exposing ``add_parser(subparsers)``; the parser it
-adds sets ``run`` (``args -> exit code``). Exit codes: 0 success, 1 the work found problems
-(e.g. verification disagreements), 2 bad usage or bad input.
+Each sub-command lives in its own module exposing ``configure(parser)``, which adds its options
+and sets ``run`` (``args -> exit code``). A command's module is imported only when the command
+is named (``LazyCommands``), and imports what its work needs inside ``run``: ``residency
+--help`` and every ``--help`` below it answer without importing the gateway, the runtime or the
+MCP SDK. Exit codes: 0 success, 1 the work found problems (e.g. verification disagreements), 2
+bad usage or bad input.
 """
 
 from __future__ import annotations
@@ -10,22 +13,94 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
-__all__ = ["main"]
+__all__ = ["Command", "LazyCommands", "main"]
 
-# Sub-command modules, in the order ``--help`` lists them.
-_COMMANDS = (
-    "residency._cli._serve",
-    "residency._cli._config",
-    "residency._cli._demo",
-    "residency._cli._minify",
-    "residency._cli._inspect",
-    "residency._cli._admin",
-    "residency._cli._view",
-    "residency._cli._bench",
-    "residency._cli._lifecycle",
+
+class Command(NamedTuple):
+    """A sub-command: its name, the module that configures it, and its one-line help."""
+
+    name: str
+    module: str
+    help: str
+
+
+# In the order ``--help`` lists them.
+COMMANDS = (
+    Command("serve", "residency._cli._serve", "run the MCP gateway (stdio or streamable HTTP)"),
+    Command("config", "residency._cli._config", "check a gateway config file"),
+    Command(
+        "demo", "residency._cli._demo", "play the ghost-tool scenario through the gateway and narrate it"
+    ),
+    Command("minify", "residency._cli._minify", "minify tool schemas without losing a validation constraint"),
+    Command(
+        "inspect",
+        "residency._cli._inspect",
+        "show the sessions of a store, or one session's tools, tombstones, spans and events",
+    ),
+    Command(
+        "admin",
+        "residency._cli._admin",
+        "operator changes: list archived chains, re-admit a tool, mark tools shared",
+    ),
+    Command(
+        "view",
+        "residency._cli._view",
+        "show what the model sees now in a gateway session: listed tools, tokens, tombstones",
+    ),
+    Command("bench", "residency._cli._bench", "run benchmarks (all of them, small, when no name is given)"),
+    Command(
+        "lifecycle",
+        "residency._cli._lifecycle",
+        "print the lifecycle state diagrams (generated from the transition tables)",
+    ),
 )
+
+
+class LazyCommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Sub-parsers whose options are added only when their command is parsed.
+
+    ``add_lazy`` registers a name with its help (what the parent's ``--help`` lists) and a
+    ``configure(parser)`` that runs the first time the name is met on a command line; a
+    ``--help`` after the name then shows that command's options, and nothing else is loaded.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending: dict[str, Callable[[argparse.ArgumentParser], None]] = {}
+
+    def add_lazy(self, name: str, help: str, configure: Callable[[argparse.ArgumentParser], None]) -> None:
+        self.add_parser(name, help=help, description=help[:1].upper() + help[1:] + ".")
+        self._pending[name] = configure
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if isinstance(values, Sequence) and values:
+            configure = self._pending.pop(str(values[0]), None)
+            if configure is not None:
+                configure(self._name_parser_map[str(values[0])])
+        super().__call__(parser, namespace, values, option_string)
+
+
+def lazy_subparsers(parser: argparse.ArgumentParser, **kwargs: Any) -> LazyCommands:
+    """``parser.add_subparsers(...)`` whose commands are configured when named."""
+    action = parser.add_subparsers(action=LazyCommands, **kwargs)
+    assert isinstance(action, LazyCommands)
+    return action
+
+
+def _configure_from(module: str) -> Callable[[argparse.ArgumentParser], None]:
+    def configure(parser: argparse.ArgumentParser) -> None:
+        importlib.import_module(module).configure(parser)
+
+    return configure
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,9 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     from residency import __version__
 
     parser.add_argument("--version", action="version", version=f"residency {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in _COMMANDS:
-        importlib.import_module(name).add_parser(sub)
+    commands = lazy_subparsers(parser, dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        commands.add_lazy(command.name, command.help, _configure_from(command.module))
     return parser
 
 

@@ -16,26 +16,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from residency._cli._inspect import _open
-from residency._core._chains import ChainRecord
 from residency._errors import InvalidInput, ResidencyError
-from residency._gateway._config import load_config
-from residency._runtime import Session
-from residency._store import redact_url
 from residency._store._protocol import DEFAULT_SCOPE
 
-__all__ = ["add_parser"]
+if TYPE_CHECKING:
+    from residency._runtime import Session
+
+__all__ = ["configure"]
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "admin",
-        help="operator changes: list archived chains, re-admit a tool, mark tools shared",
-        description="Change a residency store's sessions as an operator; every change is "
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Change a residency store's sessions as an operator; every change is "
         "journaled. Exit codes: 0 done, 2 bad usage, a missing store, an unknown session or "
-        "tool, or a refused change (nothing is written).",
+        "tool, or a refused change (nothing is written)."
     )
     p.add_argument(
         "store", metavar="STORE", help="sqlite:///path.db (or a path to a .db file), or postgresql://..."
@@ -74,6 +71,9 @@ def _fail(message: object) -> int:
 
 
 def _chains_list(args: argparse.Namespace) -> int:
+    from residency._core._chains import ChainRecord
+    from residency._store import redact_url
+
     try:
         store = _open(args.store)
     except ResidencyError as exc:
@@ -102,6 +102,9 @@ def _chains_list(args: argparse.Namespace) -> int:
 
 
 def _session_change(args: argparse.Namespace, change: Any, **options: Any) -> int:
+    from residency._runtime import Session
+    from residency._store import redact_url
+
     try:
         store = _open(args.store)
     except ResidencyError as exc:
@@ -142,6 +145,8 @@ def _revoke(args: argparse.Namespace) -> int:
             return _fail(
                 "revoke --retry needs --config PATH (a gateway config with residency.revoke_command)"
             )
+        from residency._gateway._config import load_config
+
         try:
             config = load_config(args.config)
             revoker = config.residency.revoker(redact=config.secrets().redact)

@@ -10,48 +10,98 @@ import argparse
 import importlib
 import json
 import sys
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NamedTuple
 
-from rich.console import Console
-from rich.table import Table
+from residency._cli import lazy_subparsers
 
-from residency._bench._report import BenchReport, machine
+if TYPE_CHECKING:
+    from rich.console import Console
 
-# name -> module; every module exposes SUMMARY, add_arguments(parser) and run(args).
-BENCHES: dict[str, str] = {
-    "lifecycle": "residency._bench.lifecycle",
-    "chains": "residency._bench.chains",
-    "spans": "residency._bench.spans",
-    "session": "residency._bench.session",
-    "minify": "residency._bench.minify",
-    "gateway": "residency._bench.gateway",
-    "offload": "residency._bench.offload",
-    "search": "residency._bench.search",
-    "catalog": "residency._bench.catalog",
-    "fleet": "residency._bench.fleet",
-    "serving": "residency._bench.serving",
+    from residency._bench._report import BenchReport
+
+
+class Bench(NamedTuple):
+    """A benchmark: the module that runs it and its one-line summary (what ``--help`` lists)."""
+
+    module: str
+    summary: str
+
+
+# Every module exposes add_arguments(parser), run(args) -> BenchReport and SMALL_ARGS; it is
+# imported only when its bench runs.
+BENCHES: dict[str, Bench] = {
+    "lifecycle": Bench(
+        "residency._bench.lifecycle",
+        "plan_turn cost vs json.dumps of the tool list, memory per recorded call, transition cost",
+    ),
+    "chains": Bench(
+        "residency._bench.chains",
+        "check_chain against 100/1k/10k archived chains vs a naive scan of every chain",
+    ),
+    "spans": Bench(
+        "residency._bench.spans",
+        "externalize, restore and reopen of SQLite-backed spans vs raw sqlite3 on the same bytes",
+    ),
+    "session": Bench(
+        "residency._bench.session",
+        "tool tokens, prompt-cache cost, ghost calls and re-expansions over agent sessions, "
+        "seven strategies side by side",
+    ),
+    "minify": Bench(
+        "residency._bench.minify",
+        "constraints lost, verdict disagreements and token cut per minify level, vs the seed-003 pruner",
+    ),
+    "gateway": Bench(
+        "residency._bench.gateway",
+        "gateway overhead: tools/call p50/p99 against the upstream direct, 1 and 10 sessions; tools/list",
+    ),
+    "offload": Bench(
+        "residency._bench.offload", "gateway tools/call latency for a 1 MB result, span offloading on vs off"
+    ),
+    "search": Bench(
+        "residency._bench.search",
+        "search_tools: R@1/R@5/MRR on labelled task queries (BM25, semantic, fusion) and latency vs before",
+    ),
+    "catalog": Bench(
+        "residency._bench.catalog",
+        "memory and time of one more session registering an already-known 405-tool catalog",
+    ),
+    "fleet": Bench(
+        "residency._bench.fleet",
+        "replicas: calls/s and p50/p99 for 1 and 2 replicas on PostgreSQL against 1 on SQLite; catch-up cost",
+    ),
+    "serving": Bench(
+        "residency._bench.serving",
+        "residency serve at scale: first tools/list over stdio at 10,000 tools, "
+        "memory per HTTP client session",
+    ),
 }
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "bench",
-        help="run benchmarks (all of them, small, when no name is given)",
-        description="Run benchmarks. Figures are ratios against a baseline measured in the same run.",
-    )
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = "Run benchmarks. Figures are ratios against a baseline measured in the same run."
     p.add_argument("--json", type=Path, metavar="OUT", help="write every figure as JSON to OUT")
     p.set_defaults(run=run_all, bench=None)
-    names = p.add_subparsers(dest="bench", metavar="NAME")
-    for name, module_name in BENCHES.items():
-        module = importlib.import_module(module_name)
-        q = names.add_parser(name, help=module.SUMMARY, description=module.SUMMARY)
-        q.add_argument("--json", type=Path, metavar="OUT", help="write every figure as JSON to OUT")
-        module.add_arguments(q)
-        q.set_defaults(run=_run_one, module=module)
+    names = lazy_subparsers(p, dest="bench", metavar="NAME")
+    for name, bench in BENCHES.items():
+        names.add_lazy(name, bench.summary, partial(_configure_one, bench))
+
+
+def _configure_one(bench: Bench, parser: argparse.ArgumentParser) -> None:
+    module = importlib.import_module(bench.module)
+    parser.description = bench.summary
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write every figure as JSON to OUT")
+    module.add_arguments(parser)
+    parser.set_defaults(run=_run_one, module=module)
 
 
 def _print(reports: list[BenchReport], console: Console) -> None:
+    from rich.table import Table
+
+    from residency._bench._report import machine
+
     table = Table(title="residency bench", show_lines=False)
     for col in ("bench", "figure", "value", "target", "ok"):
         table.add_column(col, justify="right" if col == "value" else "left")
@@ -70,6 +120,8 @@ def _write(path: Path | None, reports: list[BenchReport]) -> None:
 
 
 def _run_one(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     console = Console(stderr=False)
     report: BenchReport = args.module.run(args)
     _print([report], console)
@@ -78,10 +130,12 @@ def _run_one(args: argparse.Namespace) -> int:
 
 
 def run_all(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     console = Console()
     reports = []
-    for name, module_name in BENCHES.items():
-        module = importlib.import_module(module_name)
+    for name, bench in BENCHES.items():
+        module = importlib.import_module(bench.module)
         parser = argparse.ArgumentParser()
         module.add_arguments(parser)
         sub_args = parser.parse_args(getattr(module, "SMALL_ARGS", []))

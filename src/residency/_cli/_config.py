@@ -20,12 +20,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, Literal
-
-import anyio
+from typing import TYPE_CHECKING, Literal
 
 from residency._errors import ConfigError
-from residency._gateway._config import GatewayConfig, StdioServer, line_of, load_config
+
+if TYPE_CHECKING:
+    from residency._gateway._config import GatewayConfig, StdioServer
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -51,12 +51,8 @@ exit codes:
 """
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "config",
-        help="check a gateway config file",
-        description="Work with gateway config files (the 'mcpServers' shape plus a 'residency' section).",
-    )
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = "Work with gateway config files (the 'mcpServers' shape plus a 'residency' section)."
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     check = actions.add_parser(
         "check",
@@ -91,6 +87,8 @@ def _at(
     severity: Literal["error", "warning"], text: str, loc: tuple[str, ...], message: str, *, value: str = ""
 ) -> Finding:
     """A finding at the key ``loc``; on the line of ``value`` (a string in the key's list) if given."""
+    from residency._gateway._config import line_of
+
     line = line_of(text, (*loc, value) if value else loc)
     return Finding(severity, ".".join(loc), message, line)
 
@@ -100,6 +98,10 @@ def _say(message: str) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    import anyio
+
+    from residency._gateway._config import load_config
+
     try:
         config = load_config(args.file)
     except ConfigError as exc:
@@ -142,6 +144,8 @@ def review(config: GatewayConfig, text: str) -> list[Finding]:
     Returns:
         The findings, errors first.
     """
+    from residency._gateway._config import StdioServer
+
     found: list[Finding] = []
     if not config.servers:
         found.append(
@@ -248,6 +252,8 @@ def _quiet_gateway() -> Iterator[None]:
 
 async def _try_upstreams(config: GatewayConfig, text: str) -> tuple[list[Finding], list[str], bool]:
     """Start the upstreams as ``serve`` does; returns findings, per-server counts, all started."""
+    import anyio
+
     from residency._gateway._meta_tools import META_TOOLS
     from residency._gateway._server import Gateway
     from residency._store._memory import MemoryStore

@@ -11,23 +11,21 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from residency._errors import ConfigError, ResidencyError
-from residency._runtime import Session
-from residency._store import open_store, redact_url
-from residency._store._protocol import Store
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from residency._runtime import Session
+    from residency._store._protocol import Store
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "inspect",
-        help="show the sessions of a store, or one session's tools, tombstones, spans and events",
-        description="Read a residency store without changing it. Exit codes: 0 shown, 2 bad "
-        "usage, a missing or unreadable store, or an unknown session.",
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Read a residency store without changing it. Exit codes: 0 shown, 2 bad "
+        "usage, a missing or unreadable store, or an unknown session."
     )
     p.add_argument(
         "store", metavar="STORE", help="sqlite:///path.db (or a path to a .db file), or postgresql://..."
@@ -39,6 +37,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _open(location: str) -> Store:
+    from residency._store import open_store
+
     url = location if "://" in location or location.startswith("memory:") else f"sqlite:///{location}"
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
@@ -48,6 +48,11 @@ def _open(location: str) -> Store:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from residency._runtime import Session
+    from residency._store import redact_url
+
     console = Console()
     try:
         store = _open(args.store)
@@ -83,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(console: Console, s: Session, events: int) -> None:
+    from rich.table import Table
+
     tools = Table(title=f"session {s.session_id}: turn {s.turn}, tools")
     for col in ("tool", "state", "tokens", "mutation", "arguments resident"):
         tools.add_column(col)

@@ -10,12 +10,10 @@ from residency._core._lifecycle import SPAN_LIFECYCLE, TOOL_LIFECYCLE, Lifecycle
 _KINDS: dict[str, Lifecycle[Any]] = {"tool": TOOL_LIFECYCLE, "span": SPAN_LIFECYCLE}
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "lifecycle",
-        help="print the lifecycle state diagrams (generated from the transition tables)",
-        description="Print a lifecycle's transition table as a Mermaid state diagram or a "
-        "plain table. The same table drives the state machine and its tests.",
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Print a lifecycle's transition table as a Mermaid state diagram or a "
+        "plain table. The same table drives the state machine and its tests."
     )
     p.add_argument("--kind", choices=[*_KINDS, "all"], default="tool", help="which lifecycle (default: tool)")
     p.add_argument(

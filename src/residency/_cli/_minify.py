@@ -7,15 +7,13 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
-
-from rich.console import Console
-from rich.progress import Progress
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from residency._core._minify import LEVELS, MinifyReport, minify_tool_with_report, model_view
 from residency._errors import InvalidInput
-from residency._tokens import count_tokens, tokenizer_name
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -34,16 +32,14 @@ exit codes:
 """
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "minify",
-        help="minify tool schemas without losing a validation constraint",
-        description="Minify the tools of a tools/list result. Every level keeps every "
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Minify the tools of a tools/list result. Every level keeps every "
         "validation constraint; levels differ only in prose. Token figures count name, "
-        "description and inputSchema (what a model is sent).",
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "description and inputSchema (what a model is sent)."
     )
+    p.epilog = _EPILOG
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("file", metavar="FILE", help='the tools/list JSON file, or "-" for stdin')
     p.add_argument(
         "--level",
@@ -100,6 +96,10 @@ def _tools(label: str, doc: object) -> tuple[str, Sequence[object]]:
 
 
 def _table(rows: list[tuple[str, int, int, str]], level: str) -> Table:
+    from rich.table import Table
+
+    from residency._tokens import tokenizer_name
+
     table = Table(
         title=f"residency minify --level {level}",
         caption=f"tokens of name+description+inputSchema, counted with {tokenizer_name()}",
@@ -128,6 +128,9 @@ def _pct(before: int, after: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
     err = Console(stderr=True, soft_wrap=False)
     try:
         label, doc = _read(args.file)
@@ -198,4 +201,6 @@ def run(args: argparse.Namespace) -> int:
 def _row(
     tool: Mapping[str, Any], minified: Mapping[str, Any], report: MinifyReport
 ) -> tuple[str, int, int, str]:
+    from residency._tokens import count_tokens
+
     return report.tool, count_tokens(model_view(tool)), count_tokens(model_view(minified)), report.summary()

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
 from residency._errors import ConfigError, ResidencyError
 
@@ -68,15 +68,13 @@ Stopping:
 """
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "serve",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=EPILOG,
-        help="run the MCP gateway (stdio or streamable HTTP)",
-        description="Serve the tools of the upstream MCP servers in a config file (the standard "
+def configure(p: argparse.ArgumentParser) -> None:
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
+    p.description = (
+        "Serve the tools of the upstream MCP servers in a config file (the standard "
         "'mcpServers' shape, plus an optional 'residency' section) through one MCP endpoint that "
-        "keeps schemas and call arguments consistent. With no --config, serves a demo incident desk.",
+        "keeps schemas and call arguments consistent. With no --config, serves a demo incident desk."
     )
     p.add_argument("--config", metavar="FILE", help="JSON config with 'mcpServers' (default: the demo desk)")
     p.add_argument(

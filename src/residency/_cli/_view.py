@@ -20,27 +20,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from residency._core._minify import MINIFY_ALIASES, MINIFY_LEVELS
 from residency._errors import ConfigError, ResidencyError
-from residency._gateway._config import MINIFY_ALIASES, MINIFY_LEVELS
-from residency._gateway._meta_tools import REEXPAND_TOOLS, listed_meta_tools, meta_tool_definitions
-from residency._gateway._sessions import store_id
-from residency._runtime import Session
-from residency._store._protocol import Store
-from residency._tokens import count_tokens, tokenizer_name
+
+if TYPE_CHECKING:
+    from residency._runtime import Session
+    from residency._store._protocol import Store
 
 _LEVELS = (*MINIFY_LEVELS, *MINIFY_ALIASES)
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "view",
-        help="show what the model sees now in a gateway session: listed tools, tokens, tombstones",
-        description="Show the tool list a gateway session is served now, with each tool's tokens, "
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Show the tool list a gateway session is served now, with each tool's tokens, "
         "the meta-tools, the total and the tombstone lines, read from the gateway's store without "
         "changing it. Exit codes: 0 shown, 2 bad usage, a missing or unreadable store or config, "
-        "or an unknown session.",
+        "or an unknown session."
     )
     p.add_argument(
         "--store", required=True, metavar="URL", help="sqlite:///path.db (or a path to a .db file)"
@@ -80,6 +77,8 @@ def _served_with(args: argparse.Namespace) -> tuple[str, bool]:
 
 def _find(store: Store, given: str) -> str | None:
     """The store id of a session: ``given`` itself, else ``gateway/<given>``; None if neither."""
+    from residency._gateway._sessions import store_id
+
     known = set(store.sessions())
     for candidate in (given, store_id(given)):
         if candidate in known:
@@ -93,6 +92,9 @@ def view(session: Session, *, offload: bool = False) -> dict[str, Any]:
     ``offload``: the gateway records results as spans (offloading or tag rules; ``read_span``
     is listed then).
     """
+    from residency._gateway._meta_tools import listed_meta_tools, meta_tool_definitions
+    from residency._tokens import count_tokens, tokenizer_name
+
     tombstones = session.tombstones()
     tools = [(n, session.tool(n).tokens) for n in session.resident_tools()]
     listed = listed_meta_tools(chains=bool(session.chains()), offload=offload)
@@ -114,7 +116,10 @@ def view(session: Session, *, offload: bool = False) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from residency._cli._inspect import _open
+    from residency._gateway._meta_tools import REEXPAND_TOOLS
     from residency._gateway._server import _minifier
+    from residency._gateway._sessions import store_id
+    from residency._runtime import Session
     from residency._store import redact_url
 
     try:

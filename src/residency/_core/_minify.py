@@ -45,6 +45,8 @@ from residency._errors import InvalidInput, SchemaError
 
 __all__ = [
     "LEVELS",
+    "MINIFY_ALIASES",
+    "MINIFY_LEVELS",
     "MinifyLevel",
     "MinifyReport",
     "minify_schema",
@@ -57,6 +59,10 @@ MinifyLevel = Literal["full-text", "compact", "minimal"]
 """How much prose a minified schema keeps. Every level keeps every constraint."""
 
 LEVELS: tuple[MinifyLevel, ...] = get_args(MinifyLevel)
+MINIFY_LEVELS: tuple[str, ...] = ("none", *LEVELS)
+"""The gateway config's minify levels: ``LEVELS``, or ``none`` for tools as sent."""
+MINIFY_ALIASES = {"lossless": "full-text"}
+"""Older spellings of a minify level, still read (and documented as such)."""
 
 _DECORATION = ("title", "examples", "$comment")
 

@@ -32,7 +32,7 @@ from pydantic import (
     field_validator,
 )
 
-from residency._core._minify import LEVELS
+from residency._core._minify import LEVELS, MINIFY_ALIASES, MINIFY_LEVELS
 from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
@@ -55,10 +55,6 @@ __all__ = [
     "parse_config",
 ]
 
-MINIFY_LEVELS: tuple[str, ...] = ("none", *LEVELS)
-"""The config's minify levels: the core's (``LEVELS``), or ``none`` for tools as sent."""
-MINIFY_ALIASES = {"lossless": "full-text"}
-"""Older spellings of a minify level, still read (and documented as such)."""
 DEFAULT_CALL_TIMEOUT = 60.0
 """Seconds an upstream call may take before the agent is told it timed out."""
 
