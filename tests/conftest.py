@@ -48,6 +48,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _tiers.FULL:
+        # The slow tests first (in their own order), so parallel workers start on the long ones
+        # and finish on short ones instead of waiting on a long test picked up last.
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]
     if slow:

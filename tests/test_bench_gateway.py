@@ -19,6 +19,7 @@ from residency._cli import main as cli_main
 from residency._cli._bench import BENCHES
 from residency._gateway import RESPONSES_ENV
 from residency._gateway._meta_tools import listed_meta_tools
+from tests._timing import scaled
 
 
 def test_the_nearest_rank_percentile_picks_a_measured_sample() -> None:
@@ -103,7 +104,7 @@ async def test_the_http_fronts_the_bench_compares_answer_as_labelled_and_forward
             "clientInfo": {"name": "t", "version": "0"},
         },
     }
-    with anyio.fail_after(120):
+    with anyio.fail_after(scaled(120)):
         async with (
             bench._process(bench._upstream_argv("http", up_port), tmp_path / "up.log") as up,
             contextlib.AsyncExitStack() as stack,

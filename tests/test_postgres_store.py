@@ -38,6 +38,7 @@ from residency import (
 from residency._cli import main
 from residency._store import open_store, redact_url
 from residency._store._postgres import SCHEMA_VERSION, PostgresStore
+from tests._timing import scaled
 
 from .incident_tools import incident_tools
 from .postgres import Relay, drop_schema, new_schema, pg_url, terminate, with_params, with_password
@@ -251,7 +252,7 @@ def test_the_unique_key_decides_a_race_the_end_of_the_journal_did_not(
     finally:
         rival.commit()
         rival.close()
-        thread.join(timeout=60)
+        thread.join(timeout=scaled(60))
     if after is None:
         assert outcome == [3]
         assert [e.op for e in store.load("s")] == ["turn", "rival", "turn"]
@@ -584,7 +585,7 @@ async def test_a_store_cut_off_from_its_server_is_unavailable_then_recovers_by_i
                 assert PASSWORD not in str(caught.value)
                 assert f"127.0.0.1:{relay.port}" in str(caught.value)
             await relay.restore()
-            with anyio.fail_after(60):
+            with anyio.fail_after(scaled(60)):
                 while True:
                     try:
                         await anyio.to_thread.run_sync(lambda: store.load("s"))
@@ -684,7 +685,7 @@ async def test_serve_journals_to_postgresql_and_never_shows_the_password(
         env=dict(os.environ),
         cwd=str(ROOT),
     )
-    with anyio.fail_after(180):
+    with anyio.fail_after(scaled(180)):
         for run in range(2):
             with (tmp_path / f"stderr-{run}").open("w") as errlog:
                 async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:

@@ -32,6 +32,7 @@ from residency._search import (
 )
 from residency._search._semantic import MiniLMEmbedder
 from tests._tiers import examples
+from tests._timing import scaled
 from tests.conftest import load_corpus
 
 
@@ -316,7 +317,7 @@ def test_auto_answers_with_bm25_until_the_vectors_are_ready_then_fuses() -> None
     assert first == index.search("scale the deployment", limit=3, ranker="bm25")
     thread = index._embedding
     assert thread is not None
-    thread.join(timeout=60)
+    thread.join(timeout=scaled(60))
     assert index.vectors_ready
     assert index.search("scale the deployment", limit=3) == index.search(
         "scale the deployment", limit=3, ranker="fusion"

@@ -28,6 +28,7 @@ from residency._gateway._http import bind
 from residency._gateway._http_upstream import MODERN_MAX_TOOLS
 from residency._gateway._resources import upstream_status
 from residency._gateway._run import ServeOptions, startup_summary
+from tests._timing import scaled
 from tests.gateway.conftest import agent, running, text
 from tests.gateway.test_upstream_eras import HandshakeOnlyUpstream, reloads
 
@@ -109,7 +110,7 @@ def _expected() -> list[str]:
 @pytest.mark.anyio
 @pytest.mark.parametrize("era", ["auto", "modern"])
 async def test_a_small_http_upstream_is_spoken_to_in_the_2026_era(era: str) -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(scaled(60)):
         async with (
             served(build(MODERN_MAX_TOOLS - 1)) as url,
             running(WAIT, servers={"big": {"url": url, "era": era}}) as gw,
@@ -129,7 +130,7 @@ async def test_a_large_http_upstream_is_spoken_to_in_the_handshake_era_with_its_
     everything = [ECHO, *map(_tool, range(COUNT))]
     one_page = json.dumps([t.model_dump(mode="json", by_alias=True) for t in everything])
     assert len(one_page) > SDK_SSE_LIMIT  # one page is an SSE event the SDK's default refuses
-    with anyio.fail_after(150):
+    with anyio.fail_after(scaled(150)):
         async with served(build(COUNT, page)) as url, running(WAIT, servers={"big": {"url": url}}) as gw:
             upstream = gw.upstreams["big"]
             assert upstream.status == "connected"
@@ -143,7 +144,7 @@ async def test_a_large_http_upstream_is_spoken_to_in_the_handshake_era_with_its_
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_era_modern_keeps_the_2026_era_for_a_large_upstream_and_reads_its_list_whole() -> None:
-    with anyio.fail_after(150):
+    with anyio.fail_after(scaled(150)):
         async with (
             served(build(COUNT)) as url,
             running(WAIT, servers={"big": {"url": url, "era": "modern"}}) as gw,
@@ -159,7 +160,7 @@ async def test_a_list_over_the_message_limit_fails_the_upstream_visibly_and_the_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     entry = {"era": "legacy", "max_message_bytes": SDK_SSE_LIMIT}
-    with anyio.fail_after(150):
+    with anyio.fail_after(scaled(150)):
         async with (
             served(build(COUNT)) as big_url,
             served(build(0)) as small_url,
@@ -182,7 +183,7 @@ async def test_a_list_over_the_message_limit_fails_the_upstream_visibly_and_the_
 
 @pytest.mark.anyio
 async def test_a_tools_list_cursor_that_repeats_fails_the_start_instead_of_cutting_the_list() -> None:
-    with anyio.fail_after(60):
+    with anyio.fail_after(scaled(60)):
         async with served(build(0, endless=True)) as url, running(WAIT, servers={"loop": {"url": url}}) as gw:
             upstream = gw.upstreams["loop"]
             assert upstream.status == "failed" and not upstream.tools
@@ -233,7 +234,7 @@ async def legacy_only(python: str, count: int) -> AsyncIterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        with anyio.fail_after(60):
+        with anyio.fail_after(scaled(60)):
             while True:
                 assert process.poll() is None, "the handshake-only upstream exited"
                 try:
@@ -253,7 +254,7 @@ async def test_a_handshake_only_upstream_is_spoken_to_in_the_handshake_era_with_
     python = os.environ.get("RESIDENCY_LANGCHAIN_PYTHON")
     if not python or not Path(python).exists():
         pytest.skip("RESIDENCY_LANGCHAIN_PYTHON (a venv with mcp 1.30) is not set")
-    with anyio.fail_after(150):
+    with anyio.fail_after(scaled(150)):
         async with legacy_only(python, COUNT) as url, running(WAIT, servers={"old": {"url": url}}) as gw:
             upstream = gw.upstreams["old"]
             assert upstream.status == "connected"
@@ -270,7 +271,7 @@ async def test_a_handshake_only_upstream_is_spoken_to_in_the_handshake_era_with_
 @pytest.mark.anyio
 async def test_a_change_on_an_http_upstreams_listen_stream_reloads_the_gateway() -> None:
     desk = IncidentDesk(schema="v1")
-    with anyio.fail_after(60):
+    with anyio.fail_after(scaled(60)):
         async with served(desk.server) as url, running(WAIT, servers={"desk": {"url": url}}) as gw:
             assert gw.upstreams["desk"].protocol_version == "2026-07-28"
             before = gw.catalog.get("update_incident")
@@ -288,7 +289,7 @@ async def test_an_upstream_that_announces_changes_only_in_the_handshake_era_is_h
     era: str,
 ) -> None:
     upstream = HandshakeOnlyUpstream()
-    with anyio.fail_after(60):
+    with anyio.fail_after(scaled(60)):
         async with (
             served(upstream.server) as url,
             running(WAIT, servers={"up": {"url": url, "era": era}}) as gw,

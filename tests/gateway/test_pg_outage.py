@@ -27,6 +27,7 @@ from residency._gateway._meta_tools import REEXPAND_TOOLS
 from residency._gateway._server import CALL_META_KEY
 from residency._gateway._sessions import store_id
 from residency._store import open_store
+from tests._timing import scaled
 from tests.clients._serve import Served, http_serve
 from tests.postgres import Relay, drop_schema, new_schema, pg_url, terminate, with_params, with_password
 
@@ -105,7 +106,7 @@ async def assert_listener_hears(listener: Client, writer: Client) -> None:
     tool = next(name for name in WITHHELD if name not in shown)
     async with listener.listen(tools_list_changed=True) as events:
         await reexpand(writer, tool)
-        with anyio.fail_after(30):
+        with anyio.fail_after(scaled(30)):
             assert isinstance(await events.__anext__(), ToolsListChanged)
     listed = await listener.list_tools(cache_mode="refresh")
     assert tool in {t.name for t in listed.tools}
@@ -116,7 +117,7 @@ async def test_killed_server_connections_are_replaced_and_listening_resumes(sche
     app = f"outage-{uuid.uuid4().hex[:8]}"
     url = with_params(with_password(base, PASSWORD), schema=schema, application_name=app)
     key = "terminated-1"
-    with anyio.fail_after(240):
+    with anyio.fail_after(scaled(240)):
         async with (
             http_serve("--store", url) as a,
             http_serve("--store", with_params(base, schema=schema)) as b,
@@ -143,7 +144,7 @@ async def test_a_cut_link_gives_clear_errors_then_the_replica_serves_again_by_it
     async with Relay(base) as relay:
         # A short pool timeout keeps each refusal during the outage quick.
         url = relay.url_via(with_params(with_password(base, PASSWORD), schema=schema, pool_timeout="2"))
-        with anyio.fail_after(300):
+        with anyio.fail_after(scaled(300)):
             async with (
                 http_serve("--store", url) as a,
                 http_serve("--store", with_params(base, schema=schema)) as b,

@@ -36,6 +36,7 @@ from residency._gateway import Gateway, parse_config
 from residency._gateway._resources import CHAINS, EVENTS, TOMBSTONES, TOOLS, read_resource
 from residency._gateway._server import CALL_META_KEY
 from residency._store import open_store
+from tests._timing import scaled
 from tests.clients._serve import _SERVING, ROOT, SERVE, STARTUP, _close, _kill_group
 from tests.gateway import slow_upstream
 from tests.gateway.test_replicas import assert_sound
@@ -112,7 +113,7 @@ async def client(served: Replica) -> AsyncIterator[Client]:
             httpx2.AsyncClient(headers={"Residency-Session": KEY}, timeout=httpx2.Timeout(60, read=None))
         )
         health = served.url.rpartition("/")[0] + "/healthz"
-        with anyio.fail_after(60):
+        with anyio.fail_after(scaled(60)):
             while (await http.get(health)).json().get("status") != "ok":
                 await anyio.sleep(0.1)
         yield await stack.enter_async_context(Client(streamable_http_client(served.url, http_client=http)))
@@ -199,7 +200,7 @@ async def test_replicas_killed_mid_call_lose_no_acknowledged_call(store_url: str
                 continue
             b_served += 1
 
-    with anyio.fail_after(600):
+    with anyio.fail_after(scaled(600)):
         async with replica(config, store_url) as b, client(b) as on_b:
             await ledger.call(on_b, "look", "b-0")
             stop = anyio.Event()
@@ -232,18 +233,18 @@ async def test_replicas_killed_mid_call_lose_no_acknowledged_call(store_url: str
                                         failed.append(exc)
 
                                 a_tg.start_soon(run)
-                                with anyio.fail_after(60):
+                                with anyio.fail_after(scaled(60)):
                                     await received(ticket, failed)
                                 if round_ % 2:
                                     await anyio.sleep(rng.uniform(0, 1.5 * DELAY))
                                 mid_call += not answered.is_set()
                                 served_before = b_served
                                 kill_9(a)
-                                with anyio.move_on_after(10):
+                                with anyio.move_on_after(scaled(10)):
                                     await a.process.wait()
                                 assert a.process.returncode == -signal.SIGKILL
                                 # B serves on while A is dead.
-                                with anyio.fail_after(60):
+                                with anyio.fail_after(scaled(60)):
                                     while b_served == served_before:
                                         await anyio.sleep(0.05)
                                 scope.cancel()

@@ -32,6 +32,7 @@ from residency._gateway._server import CALL_META_KEY
 from residency._store import open_store
 from residency._store._protocol import Store
 from residency._store._sqlite import SQLiteStore
+from tests._timing import scaled
 from tests.clients._serve import http_serve
 from tests.gateway.conftest import reason, text
 from tests.incident_tools import incident_tools
@@ -182,7 +183,7 @@ async def test_requests_alternating_between_replicas_see_one_session(store_url: 
         calls.append(((result.meta or {})[CALL_META_KEY], tool))
         return result
 
-    with anyio.fail_after(300):
+    with anyio.fail_after(scaled(300)):
         async with replicas(store_url, key) as (a, b):
             both = (a, b)
             assert await a.names() == await b.names()
@@ -231,24 +232,24 @@ async def test_requests_alternating_between_replicas_see_one_session(store_url: 
 
 @pytest.mark.slow
 async def test_a_list_change_on_one_replica_reaches_a_listener_on_the_other(store_url: str) -> None:
-    with anyio.fail_after(120):
+    with anyio.fail_after(scaled(120)):
         async with replicas(store_url, "announced-1") as (a, b):
             assert "list_services" not in await b.names()  # B holds the session now
             async with b.client.listen(tools_list_changed=True) as events:
                 assert not (await a.call(REEXPAND_TOOLS, {"names": ["list_services"]})).is_error
                 # B sent no request: only A's notice tells it (LISTEN/NOTIFY on the store).
-                with anyio.fail_after(30):
+                with anyio.fail_after(scaled(30)):
                     assert isinstance(await events.__anext__(), ToolsListChanged)
             assert "list_services" in await b.names()
 
 
 @pytest.mark.slow
 async def test_a_list_change_on_one_replica_reaches_a_handshake_client_of_the_other(store_url: str) -> None:
-    with anyio.fail_after(120):
+    with anyio.fail_after(scaled(120)):
         async with replicas(store_url, "announced-2", mode="legacy") as (a, b):
             assert "list_services" not in await b.names()  # B holds the session now
             assert not (await a.call(REEXPAND_TOOLS, {"names": ["list_services"]})).is_error
-            with anyio.fail_after(30):
+            with anyio.fail_after(scaled(30)):
                 await b.list_changed.wait()  # on B's standalone stream: B sent no request
             assert "list_services" in await b.names()
 
@@ -288,7 +289,7 @@ async def test_replicas_hammering_one_session_never_fork_or_lose_a_call(store_ur
             assert not result.is_error, text(result)
             calls.append((call_id, name))
 
-    with anyio.fail_after(300):
+    with anyio.fail_after(scaled(300)):
         async with replicas(store_url, key) as (a, b):
             async with anyio.create_task_group() as tg:
                 for w in range(WORKERS):
@@ -332,7 +333,7 @@ async def test_a_chain_archived_on_one_replica_reaches_every_session_of_the_scop
     store_url: str,
 ) -> None:
     prefix = CHAIN["topology"][:2]
-    with anyio.fail_after(180):
+    with anyio.fail_after(scaled(180)):
         async with (
             http_serve("--store", store_url) as served_a,
             http_serve("--store", store_url) as served_b,
@@ -350,7 +351,7 @@ async def test_a_chain_archived_on_one_replica_reaches_every_session_of_the_scop
                 archived = await archiver.call("archive_chain", dict(CHAIN))
                 assert not archived.is_error, text(archived)
                 # Neither listener sent a request: only the store's notice tells their replicas.
-                with anyio.fail_after(30):
+                with anyio.fail_after(scaled(30)):
                     assert isinstance(await near.__anext__(), ToolsListChanged)
                     assert isinstance(await far.__anext__(), ToolsListChanged)
             for r in (neighbour, remote):

@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tests._timing import scaled
 from tests.gateway import flaky_upstream
 from tests.gateway.conftest import agent, reason, running, text
 
@@ -42,7 +43,7 @@ async def test_a_restart_slower_than_the_call_timeout_is_given_the_startup_timeo
         assert text(first).startswith("one (pid ")
         crashed = await a.use("crash", {})
         assert reason(crashed) == "upstream_failure"
-        with anyio.fail_after(120):  # generous: the product's own timeouts are what is tested
+        with anyio.fail_after(scaled(120)):  # generous: the product's own timeouts are what is tested
             again = await a.use("echo", {"text": "two"})
         assert not again.is_error, text(again)
         assert text(again).split("pid ")[1] != text(first).split("pid ")[1]

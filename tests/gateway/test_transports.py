@@ -18,7 +18,7 @@ from mcp.client.subscriptions import ToolsListChanged
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._http import bind, serve_http
 from residency._gateway._meta_tools import listed_meta_tools
-from tests._timing import START, STEP
+from tests._timing import START, STEP, scaled
 from tests.gateway.conftest import config, reason, text
 
 META_TOOLS = listed_meta_tools(chains=False, offload=False)  # a fresh session: no chain yet, no offloading
@@ -137,7 +137,7 @@ async def test_listen_streams_carry_tombstone_updates_to_their_own_session_only(
                 uris = []
                 while "residency://tombstones" not in uris:
                     uris.append(getattr(await alice_events.__anext__(), "uri", None))
-                with anyio.move_on_after(0.5) as quiet:
+                with anyio.move_on_after(scaled(0.5)) as quiet:
                     await bob_events.__anext__()
                 assert quiet.cancelled_caught, "bob received alice's updates"
 
