@@ -1,5 +1,9 @@
 """Chains over MCP: an agent archives a chain through the gateway, and a successor session in
-another gateway process on the same store inherits it (issue #15, parts 1 and 2)."""
+another gateway process on the same store inherits it (issue #15, parts 1 and 2).
+
+The tests about other processes run real ``residency serve`` processes; the refusals run on a
+gateway in process.
+"""
 
 from __future__ import annotations
 
@@ -18,12 +22,15 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from residency import SQLiteStore
-from tests._timing import TEST
+from residency._gateway import IncidentDesk
+from tests._timing import STEP, TEST
+from tests.gateway.conftest import agent, running
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT = TEST  # per test: several interpreters start, one after another, on a loaded machine
+WAIT = TEST  # per process test: several interpreters start, one after another, on a loaded machine
+RESIDENCY = {"budget": {"schema_tokens": 20_000}}  # lists every tool still in the index
 CHAIN = ["list_services", "get_service_health", "query_metrics"]
 FAILURE = "query_metrics: 500 metric store timeout for every service"
 ARGS = {"service": "api", "metric": "error_rate"}
@@ -34,8 +41,7 @@ def _config(folder: Path) -> Path:
     path = folder / "gateway.json"
     if not path.exists():
         desk = {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}
-        residency = {"budget": {"schema_tokens": 20_000}}
-        path.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": residency}))
+        path.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": RESIDENCY}))
     return path
 
 
@@ -98,6 +104,7 @@ async def successor_is_protected(db: Path, key: str, log: Path, digest: str) -> 
         assert [c["digest"] for c in json.loads(text)] == [digest]
 
 
+@pytest.mark.slow
 async def test_a_chain_archived_over_mcp_protects_a_successor_in_another_process(tmp_path: Path) -> None:
     db, log = tmp_path / "shared.db", tmp_path / "gateways.log"
     with anyio.fail_after(WAIT):
@@ -150,19 +157,26 @@ async def test_a_bad_archive_request_is_refused_naming_the_field_and_archives_no
     tmp_path: Path, arguments: dict[str, Any], field: str
 ) -> None:
     db = tmp_path / "r.db"
-    with anyio.fail_after(WAIT):
-        async with gateway(db, "agent", tmp_path / "g.log") as client:
-            result = await client.call_tool("archive_chain", arguments)
-            assert result.is_error
-            error = data(result)["error"]
-            assert error["path"].startswith(f"$.{field}"), error
-            assert {"list_services", "get_service_health"} <= await names(client)
-            chains = await client.read_resource("residency://chains")
-            assert json.loads(chains.contents[0].text) == []  # type: ignore[union-attr]
+    store = SQLiteStore(db)
+    try:
+        with anyio.fail_after(STEP):  # in process: a handful of requests
+            async with (
+                running(RESIDENCY, desk=IncidentDesk(), store=store) as gw,
+                agent(gw, "legacy", "agent") as a,
+            ):
+                result = await a.call("archive_chain", arguments)
+                assert result.is_error
+                error = data(result)["error"]
+                assert error["path"].startswith(f"$.{field}"), error
+                assert {"list_services", "get_service_health"} <= set(await a.names())
+                assert json.loads(await a.read("residency://chains")) == []
+    finally:
+        store.close()
     with SQLiteStore(db) as store:
         assert store.archived_chains("default") == []
 
 
+@pytest.mark.slow
 async def test_two_gateways_archiving_different_chains_at_once_agree_on_the_archive(tmp_path: Path) -> None:
     db, log = tmp_path / "shared.db", tmp_path / "gateways.log"
     chains = {

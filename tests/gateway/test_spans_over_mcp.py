@@ -1,5 +1,8 @@
 """Spans over MCP: a large upstream result comes back as a preview and a link, and reads back
-whole by range, also after the gateway was killed with SIGKILL (issue #15, part 3)."""
+whole by range, also after the gateway was killed with SIGKILL (issue #15, part 3).
+
+The behaviour runs on a gateway in process; the kill runs on a real ``residency serve``.
+"""
 
 from __future__ import annotations
 
@@ -19,28 +22,45 @@ from mcp.client.stdio import stdio_client
 
 from residency import MemoryStore, Session
 from residency._gateway._resources import MAX_RANGE, span_range
-from tests._timing import TEST
-from tests.gateway.big_upstream import text_of
+from residency._store._sqlite import SQLiteStore
+from tests._timing import STEP, TEST
+from tests.gateway.big_upstream import build, text_of
+from tests.gateway.conftest import Agent, agent, running
 from tests.gateway.test_serve_cli import served
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT = TEST  # per test: interpreters start one after another on a loaded machine
+WAIT = TEST  # per process test: interpreters start one after another on a loaded machine
 SIZE = 300_000
 KEY = "spans-k"
+SPANS = {"offload_tokens": 2000, "preview_chars": 300, "tags": {"dump": ["constraint"]}}
 
 
 def _config(folder: Path, offload_tokens: int | None = 2000) -> Path:
     path = folder / "gateway.json"
     big = {"command": sys.executable, "args": [str(ROOT / "tests" / "gateway" / "big_upstream.py")]}
-    spans = {"offload_tokens": offload_tokens, "preview_chars": 300, "tags": {"dump": ["constraint"]}}
+    spans = {**SPANS, "offload_tokens": offload_tokens}
     path.write_text(json.dumps({"mcpServers": {"big": big}, "residency": {"spans": spans}}))
     return path
 
 
 def _argv(folder: Path) -> list[str]:
     return ["--config", str(_config(folder)), "--store", f"sqlite:///{folder / 'r.db'}", "--session", KEY]
+
+
+@asynccontextmanager
+async def in_process(folder: Path) -> AsyncIterator[Agent]:
+    """The same gateway in process, on the same store file, and an agent on session ``KEY``."""
+    store = SQLiteStore(folder / "r.db")
+    try:
+        async with (
+            running({"spans": SPANS}, upstreams={"big": build()}, store=store) as gw,
+            agent(gw, "legacy", KEY) as a,
+        ):
+            yield a
+    finally:
+        store.close()
 
 
 @asynccontextmanager
@@ -63,11 +83,14 @@ def _text(result: types.CallToolResult) -> str:
     return block.text
 
 
-async def _read_by_tool(client: Client, span_id: str, length: int) -> str:
+async def _read_by_tool(
+    client: Client, span_id: str, length: int, meta: types.RequestParamsMeta | None = None
+) -> str:
     parts: list[str] = []
     offset = 0
     while True:
-        result = await client.call_tool("read_span", {"id": span_id, "offset": offset, "length": length})
+        arguments = {"id": span_id, "offset": offset, "length": length}
+        result = await client.call_tool("read_span", arguments, meta=meta)
         assert not result.is_error, result
         data = dict(result.structured_content or {})
         assert data["offset"] == offset
@@ -77,26 +100,24 @@ async def _read_by_tool(client: Client, span_id: str, length: int) -> str:
         offset = data["next_offset"]
 
 
-async def _read_by_resource(client: Client, uri: str, length: int) -> str:
+async def _read_by_resource(a: Agent, uri: str, length: int) -> str:
     parts: list[str] = []
     offset = 0
     while True:
-        read = await client.read_resource(f"{uri}?offset={offset}&length={length}")
-        data = json.loads(read.contents[0].text)  # type: ignore[union-attr]
+        data = json.loads(await a.read(f"{uri}?offset={offset}&length={length}"))
         parts.append(data["text"])
         if data["done"]:
             return "".join(parts)
         offset = data["next_offset"]
 
 
-@pytest.mark.slow
 async def test_a_large_result_is_a_preview_and_a_link_that_reads_back_whole(tmp_path: Path) -> None:
     expected = text_of(SIZE)
-    with anyio.fail_after(WAIT):
-        async with gateway(tmp_path) as client:
-            small = await client.call_tool("echo", {"text": "hi"})
+    with anyio.fail_after(STEP):  # in process: a few dozen requests, no interpreter to start
+        async with in_process(tmp_path) as a:
+            small = await a.call("echo", {"text": "hi"})
             assert _text(small) == "echo: hi" and "residency/span" not in (small.meta or {})
-            result = await client.call_tool("dump", {"size": SIZE})
+            result = await a.call("dump", {"size": SIZE})
             assert not result.is_error
             link = (result.meta or {})["residency/span"]
             assert link["bytes"] == len(expected.encode("utf-8"))
@@ -104,19 +125,19 @@ async def test_a_large_result_is_a_preview_and_a_link_that_reads_back_whole(tmp_
             assert shown.startswith(expected[:300]) and len(shown) < 1000  # a preview, not the result
             assert link["uri"] in shown and link["id"] in shown
             # 4999 bytes: ranges end inside multi-byte characters and are moved to whole ones.
-            assert await _read_by_tool(client, link["id"], 4999) == expected
-            assert await _read_by_resource(client, link["uri"], 65_537) == expected
-            whole = json.loads((await client.read_resource(link["uri"])).contents[0].text)  # type: ignore[union-attr]
+            assert await _read_by_tool(a.client, link["id"], 4999, a.meta) == expected
+            assert await _read_by_resource(a, link["uri"], 65_537) == expected
+            whole = json.loads(await a.read(link["uri"]))
             assert whole["text"] == expected and whole["tags"] == ["constraint"]
             assert whole["state"] == "externalized"
-            bad = await client.call_tool("read_span", {"id": "nope"})
+            bad = await a.call("read_span", {"id": "nope"})
             assert bad.is_error and (bad.structured_content or {})["error"]["path"] == "$.id"
-            bad = await client.call_tool("read_span", {"id": link["id"], "offset": -1})
+            bad = await a.call("read_span", {"id": link["id"], "offset": -1})
             assert bad.is_error and (bad.structured_content or {})["error"]["path"] == "$.offset"
-            bad = await client.call_tool("read_span", {"id": link["id"], "offset": 10**9})
+            bad = await a.call("read_span", {"id": link["id"], "offset": 10**9})
             assert bad.is_error and (bad.structured_content or {})["error"]["path"] == "$.offset"
             with pytest.raises(MCPError):
-                await client.read_resource("residency://spans/nope?offset=0&length=5")
+                await a.read("residency://spans/nope?offset=0&length=5")
 
 
 @pytest.mark.slow
