@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -17,19 +18,21 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from anyio.abc import SocketAttribute, SocketStream
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from residency import Session, SQLiteStore
 from residency._cli import main
 from residency._errors import ConfigError
+from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._config import parse_config
 from residency._gateway._revoke import command_revoker, hook_argv
 from residency._gateway._sessions import store_id
-from tests._timing import STEP
+from tests._timing import START, STEP, TEST, scaled
+from tests.gateway.conftest import agent, running
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT = 180  # seconds per test: several interpreters start, one after another, on a loaded machine
 CHAIN = ["list_services", "get_service_health", "query_metrics"]
 CALLS = [{}, {"service": "api"}, {"service": "api", "metric": "error_rate"}]
 FAILURE = "query_metrics: 500 metric store timeout for every service"
@@ -71,6 +74,10 @@ class Hook:
         return self.log.read_text().split() if self.log.exists() else []
 
 
+def _settings(hook: Hook) -> dict[str, Any]:
+    return {"budget": {"schema_tokens": 20_000}, "revoke_command": hook.command(), "revoke_timeout": 60}
+
+
 def _config(folder: Path, hook: Hook) -> Path:
     path = folder / "gateway.json"
     desk = {
@@ -78,13 +85,13 @@ def _config(folder: Path, hook: Hook) -> Path:
         "args": ["-m", "residency._gateway._desk_stdio"],
         "env": {"DESK_TOKEN": SECRET},
     }
-    residency = {"budget": {"schema_tokens": 20_000}, "revoke_command": hook.command(), "revoke_timeout": 60}
-    path.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": residency}))
+    path.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": _settings(hook)}))
     return path
 
 
 @asynccontextmanager
 async def gateway(config: Path, db: Path, key: str, log: Path) -> AsyncIterator[Client]:
+    """``residency serve`` over stdio as session ``key``, its stderr appended to ``log``."""
     args = ["-m", "residency", "serve", "--config", str(config), "--store", f"sqlite:///{db}"]
     params = StdioServerParameters(
         command=sys.executable, args=[*args, "--session", key], env=dict(os.environ), cwd=str(ROOT)
@@ -92,6 +99,18 @@ async def gateway(config: Path, db: Path, key: str, log: Path) -> AsyncIterator[
     with log.open("a") as errlog:
         async with Client(stdio_client(params, errlog=errlog), mode="legacy") as client:
             yield client
+
+
+@asynccontextmanager
+async def restarted(hook: Hook, db: Path) -> AsyncIterator[Gateway]:
+    """The gateway restarted in process on the same store and settings (the demo desk in process).
+
+    What a restart does to the hook is the journal's business, not the process's: the process
+    itself (the hook's noise kept off its MCP stream, its scrubbed log) is the first run's.
+    """
+    with SQLiteStore(db) as store:
+        async with running(_settings(hook), desk=IncidentDesk(), store=store) as gw:
+            yield gw
 
 
 def data(result: types.CallToolResult) -> dict[str, Any]:
@@ -124,7 +143,8 @@ async def test_the_hook_runs_once_per_reference_is_never_rerun_and_a_failure_is_
     hook = Hook(tmp_path)
     hook.fail("scraper-api-key")
     config, db, log = _config(tmp_path, hook), tmp_path / "shared.db", tmp_path / "gateway.log"
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(TEST):
+        # A real `residency serve` over stdio: the hook's noise must stay off its MCP stream.
         async with gateway(config, db, "agent-a", log) as a:
             for name, arguments in zip(CHAIN, CALLS, strict=True):
                 assert not (await a.call_tool(name, arguments)).is_error
@@ -136,10 +156,14 @@ async def test_the_hook_runs_once_per_reference_is_never_rerun_and_a_failure_is_
             assert (await archive(a))["digest"] == digest  # the same chain again: no new run
             assert hook.runs() == ["oauth:crm/read", "scraper-api-key"]
         # A restart replays the journaled outcomes; a successor adopts the chain: no runs.
-        async with gateway(config, db, "agent-a", log) as a, gateway(config, db, "agent-b", log) as b:
+        async with (
+            restarted(hook, db) as gw,
+            agent(gw, "legacy", "agent-a") as a,
+            agent(gw, "legacy", "agent-b") as b,
+        ):
             for client in (a, b):
-                assert data(await client.call_tool("check_chain", {"sequence": CHAIN}))["safe"] is False
-                assert not (await client.call_tool("query_metrics", CALLS[2])).is_error
+                assert data(await client.call("check_chain", {"sequence": CHAIN}))["safe"] is False
+                assert not (await client.call("query_metrics", CALLS[2])).is_error
         assert hook.runs() == ["oauth:crm/read", "scraper-api-key"]
 
     failed = [line for line in log.read_text().splitlines() if "scraper-api-key not revoked" in line]
@@ -167,9 +191,9 @@ async def test_the_hook_runs_once_per_reference_is_never_rerun_and_a_failure_is_
     assert main(argv) == 0  # nothing left to retry
     assert "nothing to revoke" in capsys.readouterr().out
 
-    with anyio.fail_after(WAIT):
-        async with gateway(config, db, "agent-a", log) as a:
-            assert data(await a.call_tool("check_chain", {"sequence": CHAIN}))["safe"] is False
+    with anyio.fail_after(TEST):
+        async with restarted(hook, db) as gw, agent(gw, "legacy", "agent-a") as a:
+            assert data(await a.call("check_chain", {"sequence": CHAIN}))["safe"] is False
     assert len(hook.runs()) == 4
     with SQLiteStore(db) as store:
         assert Session(store, session_id=A).revocations() == {
@@ -193,14 +217,18 @@ def test_the_reference_replaces_each_placeholder_or_is_appended() -> None:
 @pytest.mark.slow
 def test_a_hook_that_outlives_its_timeout_fails_and_leaves_no_process_behind(tmp_path: Path) -> None:
     pids = tmp_path / "pids"
+    # The hook's own child is a fork: no second interpreter to wait for before the timeout.
     script = (
-        "import subprocess, sys, time\n"
-        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-        f"open({str(pids)!r}, 'w').write(str(child.pid))\n"
+        "import os, time\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    time.sleep(120)\n"
+        "    os._exit(0)\n"
+        f"open({str(pids)!r}, 'w').write(str(child))\n"
         "time.sleep(120)\n"
     )
-    # Long enough for two interpreters to start on a loaded machine, far below the sleeps.
-    revoke = command_revoker([sys.executable, "-c", script, "{ref}"], timeout=15)
+    # Long enough for one interpreter to start and fork on a loaded machine, far below the sleeps.
+    revoke = command_revoker([sys.executable, "-c", script, "{ref}"], timeout=scaled(5))
     started = time.monotonic()
     assert revoke("key-1") is False
     assert time.monotonic() - started < 100
@@ -208,19 +236,23 @@ def test_a_hook_that_outlives_its_timeout_fails_and_leaves_no_process_behind(tmp
     grandchild = int(pids.read_text())
     # The whole group was sent SIGKILL; on a loaded machine the kernel may take a moment to
     # deliver it, so the grandchild is given a bounded while to be gone.
-    deadline = time.monotonic() + STEP
-    while _alive(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(grandchild), "the hook's own child outlived the timeout"
+    assert _gone_within(grandchild, STEP), "the hook's own child outlived the timeout"
 
 
-def _alive(pid: int) -> bool:
-    # Killed but not yet reaped (a zombie) counts as gone.
+def _gone_within(pid: int, timeout: float) -> bool:
+    """Whether ``pid`` exits within ``timeout`` seconds; killed but not yet reaped counts as gone.
+
+    A pidfd turns readable when its process exits (a zombie has), so nothing polls.
+    """
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return "\nState:\tZ" not in status
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        readable, _, _ = select.select([pidfd], [], [], timeout)
+    finally:
+        os.close(pidfd)
+    return bool(readable)
 
 
 def test_a_failed_run_logs_its_status_and_scrubbed_output_a_success_logs_no_output(
@@ -276,81 +308,85 @@ def test_no_revoke_command_means_no_hook_and_a_timeout_out_of_range_is_refused()
 
 # -- a slow hook does not stall the gateway ------------------------------------------------------
 
+# The hook tells the test it runs, then waits for the test's "go": over a socket, so neither side
+# polls. It gives up after a while of its own, far above the test's bounds.
 WAITING_HOOK = """\
-import sys, time
-from pathlib import Path
+import socket, sys
 
-ref, started, go = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-started.write_text(ref)
-deadline = time.monotonic() + 120
-while not go.exists() and time.monotonic() < deadline:
-    time.sleep(0.05)
-sys.exit(0 if go.exists() else 4)
+ref, port = sys.argv[1], int(sys.argv[2])
+try:
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as test:
+        test.sendall(ref.encode())
+        test.shutdown(socket.SHUT_WR)
+        go = test.recv(2) == b"go"
+except OSError:
+    go = False
+sys.exit(0 if go else 4)
 """
 
 
 @pytest.mark.anyio
-@pytest.mark.slow
 async def test_other_clients_are_served_while_the_hook_runs(tmp_path: Path) -> None:
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    from tests.clients._serve import http_serve
-
-    script, started, go = tmp_path / "wait.py", tmp_path / "started", tmp_path / "go"
+    # The gateway runs in process, on this event loop: a hook run on the loop would stall it,
+    # the bystander included, until the hook gave up (and the revocation would then fail).
+    script = tmp_path / "wait.py"
     script.write_text(WAITING_HOOK)
-    config = tmp_path / "gateway.json"
-    desk = {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}
-    residency = {
-        "budget": {"schema_tokens": 20_000},
-        "revoke_command": [sys.executable, str(script), "{ref}", str(started), str(go)],
-        "revoke_timeout": 120,
-    }
-    config.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": residency}))
+    running_hook: list[str] = []
+    hook_runs, go = anyio.Event(), anyio.Event()
 
-    @asynccontextmanager
-    async def client(url: str, key: str) -> AsyncIterator[Client]:
-        async with (
-            httpx2.AsyncClient(
-                headers={"Residency-Session": key}, timeout=httpx2.Timeout(60, read=None)
-            ) as http,
-            Client(streamable_http_client(url, http_client=http)) as c,
-        ):
-            yield c
+    async def hook_connected(stream: SocketStream) -> None:
+        async with stream:
+            running_hook.append(b"".join([chunk async for chunk in stream]).decode())
+            hook_runs.set()
+            await go.wait()
+            await stream.send(b"go")
 
     answered: dict[str, Any] = {}
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(START):
         async with (
-            http_serve("--config", str(config), "--store", f"sqlite:///{tmp_path / 'r.db'}") as served,
-            client(served.url, "archiver") as a,
-            client(served.url, "bystander") as b,
+            await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+            anyio.create_task_group() as hooks,
         ):
-            for name, arguments in zip(CHAIN, CALLS, strict=True):
-                assert not (await a.call_tool(name, arguments)).is_error
+            hooks.start_soon(listener.serve, hook_connected)
+            port = listener.extra(SocketAttribute.local_port)
+            residency = {
+                "budget": {"schema_tokens": 20_000},
+                "revoke_command": [sys.executable, str(script), "{ref}", str(port)],
+                "revoke_timeout": 120,
+            }
+            with SQLiteStore(tmp_path / "r.db") as store:
+                async with (
+                    running(residency, desk=IncidentDesk(), store=store) as gw,
+                    agent(gw, "modern", "archiver") as a,
+                    agent(gw, "modern", "bystander") as b,
+                ):
+                    for name, arguments in zip(CHAIN, CALLS, strict=True):
+                        assert not (await a.call(name, arguments)).is_error
 
-            async def archive_it() -> None:
-                answered["archive"] = data(
-                    await a.call_tool(
-                        "archive_chain",
-                        {
-                            "topology": CHAIN,
-                            "failure": FAILURE,
-                            "constraint": {"all": []},
-                            "credentials": ["k1"],
-                        },
-                    )
-                )
+                    async def archive_it() -> None:
+                        answered["archive"] = data(
+                            await a.call(
+                                "archive_chain",
+                                {
+                                    "topology": CHAIN,
+                                    "failure": FAILURE,
+                                    "constraint": {"all": []},
+                                    "credentials": ["k1"],
+                                },
+                            )
+                        )
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(archive_it)
-                while not started.exists():  # the hook is running, and waits for "go"
-                    await anyio.sleep(STEP)
-                # Another client is answered meanwhile: the hook is not on the event loop.
-                with anyio.fail_after(30):
-                    assert not (await b.call_tool("get_incident", {"incident_id": "INC-7"})).is_error
-                    assert (await b.list_tools()).tools
-                assert "archive" not in answered  # the archiving call still waits for its hook
-                go.write_text("go")
-            assert answered["archive"]["digest"]
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(archive_it)
+                        await hook_runs.wait()  # the hook is running, and waits for "go"
+                        assert running_hook == ["k1"]
+                        # Another client is answered meanwhile: the hook is not on the event loop.
+                        with anyio.fail_after(STEP):
+                            assert not (await b.call("get_incident", {"incident_id": "INC-7"})).is_error
+                            assert await b.tools()
+                        assert "archive" not in answered  # the archiving call still waits for its hook
+                        go.set()
+                    assert answered["archive"]["digest"]
+            hooks.cancel_scope.cancel()
     with SQLiteStore(tmp_path / "r.db") as store:
         assert Session(store, session_id=store_id("archiver")).revocations() == {"k1": True}

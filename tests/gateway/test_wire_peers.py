@@ -7,7 +7,11 @@ in both protocol eras. The npm peers come from ``tests/peers/package.json`` (``.
 them); without node or those packages these tests skip locally and fail in CI.
 
 Every subprocess runs in its own process group and is killed with it in ``finally``; every wait
-is bounded. The gateway under test is always the ``residency serve`` command.
+is bounded. The gateway under test is always the ``residency serve`` command. Over HTTP the
+tests that only open sessions share one per module (``demo_gateway``, ``desk_gateway``,
+``upstreams_gateway``), each test in sessions of its own; a test that needs a fresh process, store
+or upstream definition starts its own. Over stdio a peer run starts its gateway itself; a session
+that such gateways resume from a store is prepared in process (``prepare``).
 """
 
 from __future__ import annotations
@@ -17,23 +21,31 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
 import anyio.abc
+import anyio.to_thread
+import httpx2
 import mcp_types as types
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
+from residency import SQLiteStore
+from residency._gateway import Gateway, load_config
 from residency._gateway import _meta_tools as meta
 from residency._gateway._demo import SCENARIO_READS, desk_tools
-from tests._timing import CLEANUP, START
+from tests._timing import CLEANUP, START, STEP
 from tests.conftest import ROOT
 from tests.gateway.conftest import session_meta
 
@@ -72,7 +84,7 @@ def _missing(what: str) -> NoReturn:
     pytest.skip(reason)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def node_peers() -> None:
     """The npm peers (Inspector, TS SDK, the two npm servers) and node itself."""
     if shutil.which("node") is None:
@@ -82,7 +94,7 @@ def node_peers() -> None:
             _missing(str(path.relative_to(ROOT)))
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def time_server() -> str:
     """The ``mcp-server-time`` executable (the project's test extra installs it)."""
     beside = Path(sys.executable).with_name("mcp-server-time")
@@ -95,7 +107,12 @@ def time_server() -> str:
 @pytest.fixture
 def peer_env(tmp_path: Path) -> dict[str, str]:
     """The environment for node peers: a private HOME (the Inspector writes its catalog there)."""
-    home = tmp_path / "home"
+    return node_env(tmp_path)
+
+
+def node_env(folder: Path) -> dict[str, str]:
+    """``peer_env`` for a process of ``folder`` (its HOME is ``folder/home``)."""
+    home = folder / "home"
     home.mkdir()
     return {
         **os.environ,
@@ -172,51 +189,133 @@ async def run_peer(argv: Sequence[str], env: Mapping[str, str], timeout: float =
 _SERVING = re.compile(rb"serving MCP at (http://127\.0\.0\.1:\d+/\S*)")
 
 
-@asynccontextmanager
-async def http_gateway(tmp_path: Path, *args: str, startup: float = START) -> AsyncIterator[str]:
-    """``residency serve --transport http`` on an ephemeral 127.0.0.1 port; yields its URL."""
-    log = tmp_path / f"gateway-http-{len(list(tmp_path.glob('gateway-http-*')))}.log"
-    with log.open("wb") as err:
-        process = await anyio.open_process(
+class HttpGateway:
+    """``residency serve --transport http`` on an ephemeral 127.0.0.1 port, in its own process group.
+
+    A thread copies the gateway's stderr to ``log`` for the gateway's whole life (a full pipe
+    would stall it) and says when the line naming its URL came: waiting for it polls nothing.
+    Its methods block: the module fixtures call them directly, a test's own gateway
+    (``http_gateway``) calls them in a worker thread.
+    """
+
+    def __init__(self, log: Path, *args: str, env: Mapping[str, str] | None = None) -> None:
+        self.log = log
+        self.process = subprocess.Popen(
             [*SERVE, "--transport", "http", "--host", "127.0.0.1", "--port", "0", *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=err,
+            stderr=subprocess.PIPE,
+            env=dict(env if env is not None else os.environ),
             cwd=str(ROOT),
             start_new_session=True,
         )
+        self._seen = bytearray()
+        self._found = threading.Event()
+        self._copier = threading.Thread(target=self._copy, name=f"stderr of {log.name}", daemon=True)
+        self._copier.start()
+
+    def _copy(self) -> None:
+        stream = self.process.stderr
+        assert stream is not None
+        with self.log.open("wb") as out:
+            while chunk := os.read(stream.fileno(), 65536):
+                out.write(chunk)
+                out.flush()
+                self._seen.extend(chunk)
+                if _SERVING.search(self._seen):
+                    self._found.set()
+        self._found.set()  # EOF: the gateway exited; ``url`` sees no URL
+
+    def url(self, startup: float = START) -> str:
+        """Its URL, once it serves on it.
+
+        Raises:
+            pytest.fail.Exception: it exited, or printed no URL within ``startup`` seconds.
+        """
+        self._found.wait(startup)
+        found = _SERVING.search(bytes(self._seen))
+        if found is None:
+            shown = bytes(self._seen).decode(errors="replace")
+            pytest.fail(
+                f"residency serve printed no URL within {startup:.0f}s (exit {self.process.poll()}):\n{shown}"
+            )
+        url = found.group(1).decode()
+        port = int(url.split(":")[2].split("/")[0])
+        socket.create_connection(("127.0.0.1", port), timeout=START).close()
+        return url
+
+    def stop(self, *, grace: float = 0) -> None:
+        """SIGKILL its process group (after ``grace`` seconds of SIGTERM, if any) and reap it."""
+        if grace and self.process.poll() is None:
+            with suppress(ProcessLookupError):
+                self.process.terminate()
+            with suppress(subprocess.TimeoutExpired):
+                self.process.wait(grace)
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        with suppress(subprocess.TimeoutExpired):
+            self.process.wait(CLEANUP)
+        self._copier.join(CLEANUP)
+        assert self.process.stderr is not None
+        self.process.stderr.close()
+
+
+@contextmanager
+def shared_gateway(folder: Path, *args: str, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A module's HTTP gateway: its tests open sessions of their own on it (see the fixtures)."""
+    gateway = HttpGateway(folder / "gateway-http.log", *args, env=env)
     try:
-        with anyio.fail_after(startup):
-            url = None
-            while url is None:
-                if process.returncode is not None:
-                    pytest.fail(f"residency serve exited with {process.returncode}:\n{log.read_text()}")
-                found = _SERVING.search(log.read_bytes())
-                if found is None:
-                    await anyio.sleep(0.05)  # polling for the port, bounded by the deadline above
-                    continue
-                url = found.group(1).decode()
-                port = int(url.split(":")[2].split("/")[0])
-                stream = await anyio.connect_tcp("127.0.0.1", port)
-                await stream.aclose()
-        yield url
+        yield gateway.url()
+    finally:
+        gateway.stop()
+
+
+@asynccontextmanager
+async def http_gateway(tmp_path: Path, *args: str) -> AsyncIterator[str]:
+    """A test's own HTTP gateway (a fresh process on this test's config and store); yields its URL."""
+    log = tmp_path / f"gateway-http-{len(list(tmp_path.glob('gateway-http-*')))}.log"
+    gateway = HttpGateway(log, *args)
+    try:
+        yield await anyio.to_thread.run_sync(gateway.url)
     finally:
         with anyio.CancelScope(shield=True):
-            if process.returncode is None:
-                with suppress(ProcessLookupError):
-                    process.terminate()
-                with anyio.move_on_after(CLEANUP):
-                    await process.wait()
-            _kill_group(process)
-            with anyio.move_on_after(CLEANUP):
-                await process.aclose()
+            # Politely first: the next gateway of the test reopens its store.
+            await anyio.to_thread.run_sync(partial(gateway.stop, grace=CLEANUP))
 
 
-def serve_params(*args: str, env: Mapping[str, str] | None = None) -> StdioServerParameters:
-    """``residency serve`` over stdio, for ``mcp.Client``."""
-    return StdioServerParameters(
-        command=SERVE[0], args=[*SERVE[1:], *args], env=dict(env or os.environ), cwd=ROOT
-    )
+@pytest.fixture(scope="module")
+def demo_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The demo (``residency serve`` with no config) over HTTP, shared by the module's tests.
+
+    Each Inspector run is a session of its own on it: a handshake-era run is its
+    ``Mcp-Session-Id``, a 2026-07-28 run without a key is anonymous (a throwaway session per
+    request); the TypeScript client names its own key.
+    """
+    with shared_gateway(tmp_path_factory.mktemp("demo-gateway")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def desk_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The desk (``desk_config``) behind one HTTP gateway, shared: each test has its session key."""
+    folder = tmp_path_factory.mktemp("desk-gateway")
+    with shared_gateway(folder, "--config", str(desk_config(folder))) as url:
+        yield url
+
+
+@asynccontextmanager
+async def prepare(config: Path, db: Path, key: str) -> AsyncIterator[Client]:
+    """A client of what ``residency serve --config CONFIG --store DB --session KEY`` serves, in process.
+
+    For a session the peers then resume: their own gateway processes reopen it from the store.
+    Preparing it needs no process of its own (the upstreams in ``config`` still start as theirs).
+    """
+    with SQLiteStore(db) as store:
+        async with (
+            Gateway(load_config(config), store=store, default_session=key) as gateway,
+            Client(gateway.server, mode="legacy") as client,
+        ):
+            yield client
 
 
 def desk_config(tmp_path: Path) -> Path:
@@ -331,13 +430,12 @@ def inspector_result(ran: Ran) -> dict[str, Any]:
     return result
 
 
-@asynccontextmanager
-async def inspector_target(transport: str, tmp_path: Path, *serve_args: str) -> AsyncIterator[Target]:
+def demo_target(transport: str, tmp_path: Path, request: pytest.FixtureRequest) -> Target:
+    """The demo as the Inspector reaches it: a gateway of the run's own over stdio, or the module's
+    HTTP gateway (``demo_gateway``), where the run is a session of its own."""
     if transport == "stdio":
-        yield Target.stdio(tmp_path, *serve_args)
-    else:
-        async with http_gateway(tmp_path, *serve_args) as url:
-            yield Target.http(url)
+        return Target.stdio(tmp_path)
+    return Target.http(request.getfixturevalue("demo_gateway"))
 
 
 TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -347,10 +445,15 @@ INSPECTOR_ERAS = pytest.mark.parametrize("era", ["legacy", "modern"])
 @INSPECTOR_ERAS
 @TRANSPORTS
 async def test_the_inspector_lists_resident_tools_and_the_meta_tools(
-    transport: str, era: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+    transport: str,
+    era: str,
+    tmp_path: Path,
+    node_peers: None,
+    peer_env: dict[str, str],
+    request: pytest.FixtureRequest,
 ) -> None:
-    async with inspector_target(transport, tmp_path) as target:
-        ran = await inspector(target, peer_env, "--method", "tools/list", era=era)
+    target = demo_target(transport, tmp_path, request)
+    ran = await inspector(target, peer_env, "--method", "tools/list", era=era)
     tools = {t["name"]: t for t in inspector_result(ran)["tools"]}
     assert set(tools) >= META_TOOLS
     assert set(tools) - META_TOOLS <= {t["name"] for t in desk_tools()}
@@ -363,13 +466,18 @@ async def test_the_inspector_lists_resident_tools_and_the_meta_tools(
 @INSPECTOR_ERAS
 @TRANSPORTS
 async def test_the_inspector_reexpands_a_withheld_tool_and_gets_its_full_schema(
-    transport: str, era: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+    transport: str,
+    era: str,
+    tmp_path: Path,
+    node_peers: None,
+    peer_env: dict[str, str],
+    request: pytest.FixtureRequest,
 ) -> None:
     reexpand = ["--method", "tools/call", "--tool-name", "reexpand_tools"]
-    async with inspector_target(transport, tmp_path) as target:
-        ran = await inspector(
-            target, peer_env, *reexpand, "--tool-args-json", json.dumps({"names": [WITHHELD]}), era=era
-        )
+    target = demo_target(transport, tmp_path, request)
+    ran = await inspector(
+        target, peer_env, *reexpand, "--tool-args-json", json.dumps({"names": [WITHHELD]}), era=era
+    )
     result = inspector_result(ran)
     assert result.get("isError") is not True, ran.explain()
     (definition,) = result["structuredContent"]["tools"]
@@ -381,9 +489,13 @@ async def test_the_inspector_reexpands_a_withheld_tool_and_gets_its_full_schema(
 
 @TRANSPORTS
 async def test_the_inspector_cannot_get_a_tombstoned_tool_forwarded_until_it_is_reexpanded(
-    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+    transport: str,
+    tmp_path: Path,
+    node_peers: None,
+    peer_env: dict[str, str],
+    request: pytest.FixtureRequest,
 ) -> None:
-    async with tombstoned(transport, tmp_path, "inspector-tombstone") as prepared:
+    async with tombstoned(transport, tmp_path, "inspector-tombstone", request) as prepared:
         target, tombstone = prepared.inspector_target(tmp_path), prepared.tombstone
         listed = inspector_result(await inspector(target, peer_env, "--method", "tools/list"))
         tools = {t["name"]: t for t in listed["tools"]}
@@ -438,23 +550,18 @@ async def test_the_inspector_calls_a_pinned_tool_redefined_upstream_and_the_gate
 ) -> None:
     """Seed 000 with a third-party client.
 
-    update_incident is called under its v1 definition; the gateway restarts on an upstream that
+    update_incident is called under its v1 definition (in process: that call only fills the
+    journal); the gateway restarts, a ``residency serve`` process now, on an upstream that
     serves v2 while those arguments are still in the transcript. Pinned or not, the tool is
     tombstoned: the session's 2026-07-28 list leaves it out (the tombstone is a resource), so the
     Inspector (which calls listed tools only) refuses the call on its own side; nothing reaches
     the upstream until the tool is re-expanded.
     """
-    key = "inspector-redefined"
-    store = ("--store", sqlite_url(tmp_path / "sessions.db"))
-    v1 = ("--config", str(pinned_desk_config(tmp_path, "v1")), *store)
-    v2 = ("--config", str(pinned_desk_config(tmp_path, "v2")), *store)
+    key, db = "inspector-redefined", tmp_path / "sessions.db"
+    v2 = ("--config", str(pinned_desk_config(tmp_path, "v2")), "--store", sqlite_url(db))
     with anyio.fail_after(PEER_TIMEOUT):
-        if transport == "stdio":
-            async with Client(serve_params(*v1, "--session", key), mode="legacy") as client:
-                first = await caller(client)(WITHHELD, V1_UPDATE)
-        else:
-            async with http_gateway(tmp_path, *v1) as url, Client(url, mode="legacy") as client:
-                first = await caller(client, key)(WITHHELD, V1_UPDATE)
+        async with prepare(pinned_desk_config(tmp_path, "v1"), db, key) as client:
+            first = await caller(client)(WITHHELD, V1_UPDATE)
     assert not first.is_error, text_of(first)
 
     async with AsyncExitStack() as stack:
@@ -520,26 +627,31 @@ class Tombstoned:
 
 
 @asynccontextmanager
-async def tombstoned(transport: str, tmp_path: Path, key: str) -> AsyncIterator[Tombstoned]:
+async def tombstoned(
+    transport: str, tmp_path: Path, key: str, request: pytest.FixtureRequest
+) -> AsyncIterator[Tombstoned]:
     """Prepare a ``Tombstoned`` session with ``mcp.Client``.
 
     stdio: every peer run starts its own gateway, so the session lives in a SQLite store under a
-    fixed session key, which those gateways reopen. HTTP: one gateway process, the session
-    named by the ``Residency-Session`` header (``_meta`` from Python).
+    fixed session key, which those gateways reopen (it is prepared in process, ``prepare``).
+    HTTP: the module's desk gateway (``desk_gateway``), the session named by the
+    ``Residency-Session`` header (``_meta`` from Python). Its desk is shared too: the preparing
+    update makes INC-7 SEV-2 again, so ``assert_not_escalated`` sees this test's escalation
+    only, not an earlier test's.
     """
-    config = ("--config", str(desk_config(tmp_path)))
     if transport == "stdio":
-        args = (*config, "--store", sqlite_url(tmp_path / "sessions.db"), "--session", key)
+        config, db = desk_config(tmp_path), tmp_path / "sessions.db"
         with anyio.fail_after(PEER_TIMEOUT):
-            async with Client(serve_params(*args), mode="legacy") as client:
+            async with prepare(config, db, key) as client:
                 tombstone = await tombstone_update_incident(client)
+        args = ("--config", str(config), "--store", sqlite_url(db), "--session", key)
         yield Tombstoned(key, tombstone, serve_args=args)
         return
-    async with http_gateway(tmp_path, *config) as url:
-        with anyio.fail_after(PEER_TIMEOUT):
-            async with Client(url, mode="legacy") as client:
-                tombstone = await tombstone_update_incident(client, key)
-        yield Tombstoned(key, tombstone, url=url)
+    url: str = request.getfixturevalue("desk_gateway")
+    with anyio.fail_after(PEER_TIMEOUT):
+        async with Client(url, mode="legacy") as client:
+            tombstone = await tombstone_update_incident(client, key)
+    yield Tombstoned(key, tombstone, url=url)
 
 
 # -- the TypeScript SDK client ---------------------------------------------------------------------
@@ -547,14 +659,14 @@ async def tombstoned(transport: str, tmp_path: Path, key: str) -> AsyncIterator[
 
 @TRANSPORTS
 async def test_a_typescript_sdk_client_is_told_the_list_changed_after_reexpansion(
-    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+    transport: str, node_peers: None, peer_env: dict[str, str], request: pytest.FixtureRequest
 ) -> None:
     script = ["node", str(TS_CLIENT), "--tool", WITHHELD, "--timeout", "20000"]
     if transport == "stdio":
         ran = await run_peer([*script, "--stdio", *SERVE], peer_env)
     else:
-        async with http_gateway(tmp_path) as url:
-            ran = await run_peer([*script, "--url", url, "--session", "ts-client"], peer_env)
+        url = request.getfixturevalue("demo_gateway")
+        ran = await run_peer([*script, "--url", url, "--session", "ts-client"], peer_env)
     verdict = ran.json()
     assert verdict["advertised_list_changed"] is True, ran.explain()
     assert verdict["listed_before"] is False
@@ -566,9 +678,13 @@ async def test_a_typescript_sdk_client_is_told_the_list_changed_after_reexpansio
 
 @TRANSPORTS
 async def test_a_typescript_sdk_client_calling_a_tombstoned_tool_gets_the_tombstone_then_reexpands(
-    transport: str, tmp_path: Path, node_peers: None, peer_env: dict[str, str]
+    transport: str,
+    tmp_path: Path,
+    node_peers: None,
+    peer_env: dict[str, str],
+    request: pytest.FixtureRequest,
 ) -> None:
-    async with tombstoned(transport, tmp_path, "ts-tombstone") as prepared:
+    async with tombstoned(transport, tmp_path, "ts-tombstone", request) as prepared:
         script = [
             "node",
             str(TS_CLIENT),
@@ -618,13 +734,51 @@ def _upstreams_config(tmp_path: Path, time_server: str) -> Path:
     return path
 
 
+@dataclass(frozen=True)
+class Upstreams:
+    """The shared gateway in front of the real upstreams, and the folder ``files`` serves."""
+
+    url: str
+    files: Path
+
+
+@pytest.fixture(scope="module")
+def upstreams_gateway(
+    tmp_path_factory: pytest.TempPathFactory, node_peers: None, time_server: str
+) -> Iterator[Upstreams]:
+    """The real upstreams behind one HTTP gateway, started once for the module's tests.
+
+    The tests only call the upstreams (none changes a definition), each in a session of its own
+    (``upstreams_client``).
+    """
+    folder = tmp_path_factory.mktemp("upstreams-gateway")
+    config = _upstreams_config(folder, time_server)
+    with shared_gateway(folder, "--config", str(config), env=node_env(folder)) as url:
+        yield Upstreams(url, folder / "files")
+
+
+@asynccontextmanager
+async def upstreams_client(upstreams: Upstreams, mode: str, key: str) -> AsyncIterator[Client]:
+    """A client of the shared gateway in session ``key``, in ``mode``.
+
+    The ``Residency-Session`` header names the session on every request: in 2026-07-28 no
+    connection holds one (without a key each request would be a throwaway session).
+    """
+    async with (
+        httpx2.AsyncClient(
+            headers={"Residency-Session": key}, timeout=httpx2.Timeout(STEP, read=None)
+        ) as http,
+        Client(streamable_http_client(upstreams.url, http_client=http), mode=mode) as client,
+    ):
+        yield client
+
+
 @ERAS
 async def test_real_upstreams_are_aggregated_and_their_calls_forwarded(
-    mode: str, tmp_path: Path, node_peers: None, time_server: str, peer_env: dict[str, str]
+    mode: str, upstreams_gateway: Upstreams
 ) -> None:
-    config = _upstreams_config(tmp_path, time_server)
     with anyio.fail_after(PEER_TIMEOUT):
-        async with Client(serve_params("--config", str(config), env=peer_env), mode=mode) as client:
+        async with upstreams_client(upstreams_gateway, mode, f"aggregated-{mode}") as client:
             modern = client.protocol_version == "2026-07-28"
             assert modern is (mode == "auto")
             names = {t.name for t in (await client.list_tools(cache_mode="refresh")).tools}
@@ -651,7 +805,7 @@ async def test_real_upstreams_are_aggregated_and_their_calls_forwarded(
             total = await use(call, "get-sum", {"a": 2, "b": 40})
             assert not total.is_error and "42" in text_of(total)
 
-            note = await use(call, "read_text_file", {"path": str(tmp_path / "files" / "note.txt")})
+            note = await use(call, "read_text_file", {"path": str(upstreams_gateway.files / "note.txt")})
             assert not note.is_error and "residency was here" in text_of(note)
 
             for server, zone in (("time", "Etc/UTC"), ("clock", "Europe/Paris")):
@@ -666,13 +820,12 @@ async def test_real_upstreams_are_aggregated_and_their_calls_forwarded(
 
 @ERAS
 async def test_a_real_upstream_outside_its_sandbox_answers_with_an_error_the_model_can_read(
-    mode: str, tmp_path: Path, node_peers: None, time_server: str, peer_env: dict[str, str]
+    mode: str, tmp_path: Path, upstreams_gateway: Upstreams
 ) -> None:
-    config = _upstreams_config(tmp_path, time_server)
-    outside = tmp_path / "outside.txt"
+    outside = tmp_path / "outside.txt"  # beside the gateway's folders, outside what files serves
     outside.write_text("secret\n")
     with anyio.fail_after(PEER_TIMEOUT):
-        async with Client(serve_params("--config", str(config), env=peer_env), mode=mode) as client:
+        async with upstreams_client(upstreams_gateway, mode, f"sandbox-{mode}") as client:
             result = await use(caller(client), "read_text_file", {"path": str(outside)})
             assert result.is_error
             assert "secret" not in text_of(result)
