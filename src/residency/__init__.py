@@ -51,15 +51,15 @@ if typing.TYPE_CHECKING:
     from residency._core._minify import MinifyLevel, MinifyReport, minify_tool, minify_tool_with_report
     from residency._core._planner import Budget
     from residency._core._spans import PRECONDITION_TAGS, SpanRecord, WindowItem, WindowItemKind
-    from residency._core._tools import CallRecord, ToolSpec, definition_hash, is_mutation
+    from residency._core._tools import CallRecord, DeliveryRecord, ToolSpec, definition_hash, is_mutation
     from residency._runtime import Session, TurnPlan
     from residency._search import SearchHit
     from residency._store import open_store
     from residency._store._memory import MemoryStore
+    from residency._store._postgres import PostgresStore
     from residency._store._protocol import Clock, JournalEntry, Store, SystemClock
     from residency._store._sqlite import SQLiteStore
     from residency._tokens import count_tokens, tokenizer_name
-    from residency._store._postgres import PostgresStore
 
 __version__ = "0.1.0"
 
@@ -74,6 +74,7 @@ __all__ = (
     "Clock",
     "ConcurrentUse",
     "ConfigError",
+    "DeliveryRecord",
     "Event",
     "EventKind",
     "GhostToolError",
@@ -147,6 +148,7 @@ _LAZY: dict[str, str] = {
     "WindowItem": "residency._core._spans",
     "WindowItemKind": "residency._core._spans",
     "CallRecord": "residency._core._tools",
+    "DeliveryRecord": "residency._core._tools",
     "ToolSpec": "residency._core._tools",
     "definition_hash": "residency._core._tools",
     "is_mutation": "residency._core._tools",

@@ -77,6 +77,9 @@ def _scenario() -> list[JournalEntry]:
         s.authorize_call("a", {"n": "not a number"})  # refuse
     s.evict_arguments(call.id)
     s.prune("c")  # transition
+    delivered = s.record_delivery(["c", "d"])  # deliver (c is re-expanded: a transition)
+    s.admit_call("c", {"n": 6}, via="call_tool")
+    s.drop_deliveries(delivered.id)
     s.plan_turn(Budget(schema_tokens=1, argument_tokens=1_000))  # turn, budget, transitions
     s.reexpand("a")
     s.reexpand("b")

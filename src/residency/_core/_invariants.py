@@ -13,6 +13,11 @@ Tools:
     - the per-tool counts of resident calls and uses, and the resident argument total, agree
       with the records they count.
 
+Deliveries:
+    - delivery ids are ``r1 .. rN`` with no gap, each names known tools with one hash each, and
+      the live ones are deliveries of the record;
+    - the per-tool count of live deliveries showing its current definition agrees with them.
+
 Spans:
     - span ids are ``s1 .. sN`` with no gap, each with a state;
     - a span that left the window has its bytes in the content store (``stored``); a resident
@@ -33,7 +38,7 @@ from residency._core._spans import summary_depth
 from residency._core._state import SessionState
 from residency._core._tools import definition_hash, is_mutation
 
-__all__ = ["chain_problem", "span_problem", "state_problem", "tool_problem"]
+__all__ = ["chain_problem", "delivery_problem", "span_problem", "state_problem", "tool_problem"]
 
 
 def _numbered(ids: list[str], prefix: str) -> str | None:
@@ -89,6 +94,30 @@ def tool_problem(s: SessionState) -> str | None:
     return None
 
 
+def delivery_problem(s: SessionState) -> str | None:
+    """The first broken delivery invariant, or None."""
+    deliveries = s.deliveries
+    problem = _numbered(list(deliveries), "r")
+    if problem is not None:
+        return f"deliveries: {problem}"
+    for delivery_id, record in deliveries.items():
+        if record.id != delivery_id or len(record.tools) != len(record.hashes):
+            return f"delivery {delivery_id!r} is recorded inconsistently"
+        if not all(n in s.tools for n in record.tools):
+            return f"delivery {delivery_id!r} names unknown tools"
+    if not all(deliveries.get(i) is r for i, r in s.delivered.items()):
+        return "a live delivery is not a delivery of the record"
+    carried = Counter(
+        n
+        for d in s.delivered.values()
+        for n, h in zip(d.tools, d.hashes, strict=True)
+        if s.tools[n].hash == h
+    )
+    if {n: c for n, c in s.carried_by_tool.items() if c} != carried:
+        return "the per-tool counts of live deliveries disagree with the deliveries"
+    return None
+
+
 def span_problem(s: SessionState) -> str | None:
     """The first broken span invariant, or None."""
     spans, states, stored, texts = s.spans, s.span_states, s.stored, s.texts
@@ -139,4 +168,4 @@ def state_problem(s: SessionState) -> str | None:
     """The first broken invariant of the whole state, or None."""
     if isinstance(s.turn, bool) or not isinstance(s.turn, int) or s.turn < 0:
         return f"turn {s.turn!r} is not a turn number"
-    return tool_problem(s) or span_problem(s) or chain_problem(s)
+    return tool_problem(s) or delivery_problem(s) or span_problem(s) or chain_problem(s)

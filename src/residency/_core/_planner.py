@@ -39,6 +39,24 @@ frequency) and kept while they fit the budget, which is a ceiling, not a target.
 leave oldest first until they fit. Its list changes whenever a tool goes cold or a new one
 pushes out the lowest-ranked, one tool at a time.
 
+Delivery by reference (``decide(by_reference=True)``, either planner) is for a host whose tool
+list stays fixed, its pinned tools, while other schemas reach the model in results (a search
+hit with its schema, a re-expansion: ``Session.record_delivery``). Such a schema is resident
+while a result that showed it is in the transcript, and the plan follows that instead of the
+schema budget:
+
+- a resident tool that is neither pinned nor *carried* (shown, at its current definition, by
+  a delivered result still in the transcript) leaves, by the usual rule: tombstoned if its
+  arguments are visible, else evicted. That is how a schema leaves with its last result, and
+  how a tool registered since, which the model was never shown, is withheld;
+- a carried tool stays, whatever the schema budget and ``idle_turns``: demoting it would not
+  take its schema out of the transcript (the host cannot edit a result away), only tombstone a
+  tool the model can still call correctly. The schema budget has nothing to bound here: the
+  list is the pinned tools, and results only grow the transcript when the model asks;
+- evicted pinned tools come back; a phase brings no tool back (the list does not change for
+  one, and a restored tool would be resident with no schema anywhere the model can see it);
+- the argument budget and the cascade apply as always (arguments first).
+
 The planner only decides: it is a pure function of the standings it is given and returns a
 ``PlanDecision``. The session fires the transitions, journals them and builds the plan.
 """
@@ -237,6 +255,8 @@ def decide(
     *,
     entered: bool = False,
     fresh: Collection[str] = (),
+    by_reference: bool = False,
+    carried: Collection[str] = (),
 ) -> PlanDecision:
     """Plan one turn.
 
@@ -254,6 +274,9 @@ def decide(
         turn: the turn being planned (for ``idle_turns``).
         entered: stable: the turn enters a phase (its evicted tools come back together).
         fresh: stable: tools called or re-expanded in the turn just ended (kept at a cut).
+        by_reference: plan for delivery by reference (see the module docstring); the schema
+            budget, ``idle_turns``, ``entered`` and ``fresh`` do not apply.
+        carried: by reference: the tools a delivered result still in the transcript shows.
 
     Returns:
         The decision; nothing is changed here.
@@ -283,8 +306,10 @@ def decide(
         else []
     )
 
-    # 3. Schema budget.
-    if budget.planner == "greedy":
+    # 3. Schema budget (by reference: what the transcript carries).
+    if by_reference:
+        schema = _reference_schemas(tools, carried)
+    elif budget.planner == "greedy":
         schema = _greedy_schemas(budget, tools, turn)
     else:
         schema = _stable_schemas(budget, tools, turn, entered, fresh)
@@ -312,6 +337,36 @@ class _Schemas(NamedTuple):
     over_budget: bool
     settled: bool  # nothing to restore or prune, and nothing would be on a later turn either
     warm_until: int | None
+
+
+def _reference_schemas(tools: Sequence[ToolStanding], carried: Collection[str]) -> _Schemas:
+    """Delivery by reference: pinned and carried tools stay, evicted pinned ones come back, any
+    other resident tool leaves (see the module docstring)."""
+    restore: list[str] = []
+    prune: list[str] = []
+    resident: list[str] = []
+    used = 0
+    for t in tools:
+        state = t.state
+        if state is _RESIDENT:
+            if t.pinned or t.name in carried:
+                resident.append(t.name)
+                used += t.tokens
+            else:
+                prune.append(t.name)
+        elif state is _EVICTED and t.pinned:
+            restore.append(t.name)
+            resident.append(t.name)
+            used += t.tokens
+    return _Schemas(
+        restore=restore,
+        prune=prune,
+        resident=resident,
+        used=used,
+        over_budget=False,  # no schema budget applies
+        settled=not (restore or prune),
+        warm_until=None,
+    )
 
 
 def _warm(t: ToolStanding, idle: int | None, turn: int) -> bool:

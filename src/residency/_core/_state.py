@@ -41,7 +41,7 @@ from residency._core._chains import ChainArchive, ChainRecord
 from residency._core._events import Event, EventKind
 from residency._core._lifecycle import TOOL_LIFECYCLE, SpanState, ToolState
 from residency._core._spans import SpanRecord, record_from
-from residency._core._tools import CallRecord, JSONObject, ToolSpec
+from residency._core._tools import CallRecord, DeliveryRecord, JSONObject, ToolSpec
 from residency._errors import InvalidInput, StoreError
 
 __all__ = ["OPERATIONS", "QUIET_OPERATIONS", "Entry", "Reducer", "SessionState", "SpecOf"]
@@ -85,6 +85,9 @@ class SessionState:
         last_turn, uses: per tool, the turn it was last used or placed, and its call count.
         calls: call id -> record; ``resident``: the calls whose arguments are resident, oldest
             first; ``resident_by_tool`` and ``argument_total`` count them.
+        deliveries: delivery id -> record (every result that showed tool schemas);
+            ``delivered``: those still in the transcript, oldest first; ``carried_by_tool``:
+            per tool, how many of them show its current definition.
         spans: span id -> record; ``span_states``; ``stored``: ids whose bytes are in the
             content store; ``texts``: text of resident spans held in memory.
         archive: archived chains; ``shared``: tools marked shared; ``revocations``: credential
@@ -105,6 +108,9 @@ class SessionState:
         self.resident: dict[str, CallRecord] = {}
         self.resident_by_tool: dict[str, int] = {}
         self.argument_total = 0
+        self.deliveries: dict[str, DeliveryRecord] = {}
+        self.delivered: dict[str, DeliveryRecord] = {}
+        self.carried_by_tool: dict[str, int] = {}
         self.spans: dict[str, SpanRecord] = {}
         self.span_states: dict[str, SpanState] = {}
         self.stored: set[str] = set()
@@ -147,6 +153,27 @@ class SessionState:
     def next_span_id(self) -> str:
         return f"s{len(self.spans) + 1}"
 
+    def next_delivery_id(self) -> str:
+        return f"r{len(self.deliveries) + 1}"
+
+    def carried(self, name: str) -> bool:
+        """Whether a delivered result still in the transcript shows the tool's current definition."""
+        return self.carried_by_tool.get(name, 0) > 0
+
+    def recount_carried(self, name: str) -> None:
+        """Count again the deliveries showing ``name``'s current definition (after a redefinition)."""
+        digest = self.tools[name].hash
+        count = sum(
+            1
+            for d in self.delivered.values()
+            for n, h in zip(d.tools, d.hashes, strict=True)
+            if n == name and h == digest
+        )
+        if count:
+            self.carried_by_tool[name] = count
+        else:
+            self.carried_by_tool.pop(name, None)
+
 
 Reducer = Callable[[SessionState, Mapping[str, Any]], None]
 
@@ -174,6 +201,8 @@ def _register(s: SessionState, data: Mapping[str, Any]) -> None:
             event(registered, name)
             continue
         event(EventKind.REDEFINED, name, "definition changed upstream")
+        if s.delivered:
+            s.recount_carried(name)  # a result showing the old definition carries it no more
         if states[name] is resident and s.resident_by_tool.get(name):
             states[name] = TOOL_LIFECYCLE.fire(resident, "redefine", record=name, facts=s.facts(name))
             event(EventKind.TOMBSTONED, name, "definition changed while arguments are resident")
@@ -207,7 +236,10 @@ def _transitions(s: SessionState, data: Mapping[str, Any]) -> None:
 
 def _call(s: SessionState, data: Mapping[str, Any]) -> None:
     name = data["tool"]
-    record = CallRecord(data["id"], name, s.turn, data["arguments"], int(data["tokens"]))
+    via = data.get("via", "")  # journals written before calls had a "via" have none
+    if not isinstance(via, str):
+        raise TypeError(f"a call's via is a {type(via).__name__}, not a string")
+    record = CallRecord(data["id"], name, s.turn, data["arguments"], int(data["tokens"]), via)
     s.calls[record.id] = record
     s.resident[record.id] = record
     s.resident_by_tool[name] = s.resident_by_tool.get(name, 0) + 1
@@ -226,6 +258,32 @@ def _evict_arguments(s: SessionState, data: Mapping[str, Any]) -> None:
 
 def _refuse(s: SessionState, data: Mapping[str, Any]) -> None:
     s.event(EventKind.REFUSED, data["tool"], data["reason"])
+
+
+def _deliver(s: SessionState, data: Mapping[str, Any]) -> None:
+    names, hashes = tuple(data["tools"]), tuple(data["hashes"])
+    if len(names) != len(hashes) or not all(isinstance(n, str) and n in s.tools for n in names):
+        raise ValueError("a delivery names unknown tools, or not one hash per tool")
+    record = DeliveryRecord(data["id"], names, hashes, s.turn)
+    s.deliveries[record.id] = record
+    s.delivered[record.id] = record
+    carried, tools = s.carried_by_tool, s.tools
+    for name, digest in zip(names, hashes, strict=True):
+        if tools[name].hash == digest:
+            carried[name] = carried.get(name, 0) + 1
+
+
+def _drop_deliveries(s: SessionState, data: Mapping[str, Any]) -> None:
+    carried, tools = s.carried_by_tool, s.tools
+    for delivery_id in data["ids"]:
+        record = s.delivered.pop(delivery_id)
+        for name, digest in zip(record.tools, record.hashes, strict=True):
+            if tools[name].hash == digest:
+                left = carried[name] - 1
+                if left:
+                    carried[name] = left
+                else:
+                    del carried[name]
 
 
 def _budget(s: SessionState, data: Mapping[str, Any]) -> None:
@@ -323,6 +381,8 @@ OPERATIONS: Mapping[str, Reducer] = {
     "call": _call,
     "evict_arguments": _evict_arguments,
     "refuse": _refuse,
+    "deliver": _deliver,
+    "drop_deliveries": _drop_deliveries,
     "budget": _budget,
     "span_add": _span_add,
     "span_offload": _span_offload,
@@ -336,5 +396,7 @@ OPERATIONS: Mapping[str, Reducer] = {
 }
 """Every journal operation, name -> reducer."""
 
-QUIET_OPERATIONS = frozenset({"call", "turn", "refuse"})
-"""Operations that never change what a session shows (see ``Session.revision``)."""
+QUIET_OPERATIONS = frozenset({"call", "turn", "refuse", "deliver"})
+"""Operations that never change what a session shows (see ``Session.revision``). A delivery
+only adds a carrier (the tools it makes resident are ``transition`` entries of their own); a
+dropped delivery is not quiet: it may leave a tool that a plan by reference must withhold."""

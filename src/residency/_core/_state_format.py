@@ -11,8 +11,9 @@ journal replayed (``residency._store._checkpoint`` frames and checks the blob).
 
 Derived objects are not saved but rebuilt, as a replay builds them: the chain archive's index
 from its records, each tool's ``ToolSpec`` from its definition (verified by hash and shared,
-``restore_spec``). A tool's minified view and token count are kept only when the writer says
-what made them (``shown_by``: the minifier and tokenizer) and the reader's are the same.
+``restore_spec``), the per-tool count of live deliveries from the deliveries. A tool's
+minified view and token count are kept only when the writer says what made them (``shown_by``:
+the minifier and tokenizer) and the reader's are the same.
 Text of a span whose bytes are in the content store is a cache and is left out.
 
 Restoring trusts the data no more than the journal: a value of the wrong shape raises, and the
@@ -30,12 +31,13 @@ from residency._core._events import Event, EventKind
 from residency._core._lifecycle import SpanState, ToolState
 from residency._core._spans import SpanRecord
 from residency._core._state import SessionState, SpecOf
-from residency._core._tools import CallRecord, JSONObject, ToolSpec
+from residency._core._tools import CallRecord, DeliveryRecord, JSONObject, ToolSpec
 
 __all__ = ["FIELDS", "STATE_VERSION", "RestoreSpec", "state_data", "state_from_data"]
 
-STATE_VERSION = 2
-"""The version of ``FIELDS`` and their encodings (1 was the attribute dump of older releases)."""
+STATE_VERSION = 3
+"""The version of ``FIELDS`` and their encodings (1 was the attribute dump of older releases; 2
+had no deliveries and no ``via`` of calls)."""
 
 FIELDS = (
     "turn",
@@ -51,6 +53,8 @@ FIELDS = (
     "resident",
     "resident_by_tool",
     "argument_total",
+    "deliveries",
+    "delivered",
     "spans",
     "span_states",
     "stored",
@@ -124,10 +128,13 @@ def state_data(state: SessionState, shown_by: str | None) -> dict[str, Any]:
             [c.turn for c in calls],
             [c.arguments for c in calls],
             [c.argument_tokens for c in calls],
+            [c.via for c in calls],
         ),
         "resident": list(state.resident),
         "resident_by_tool": dict(state.resident_by_tool),
         "argument_total": state.argument_total,
+        "deliveries": [(d.id, list(d.tools), list(d.hashes), d.turn) for d in state.deliveries.values()],
+        "delivered": list(state.delivered),
         "spans": tuple(
             _shared(getattr(r, f) for r in spans)
             if f in ("tags", "source")
@@ -195,11 +202,18 @@ def state_from_data(
     s.states = {n: _TOOL_STATE_OF[v] for n, v in _typed(data["states"], dict, "states").items()}
     s.last_turn = dict(_typed(data["last_turn"], dict, "last_turn"))
     s.uses = dict(_typed(data["uses"], dict, "uses"))
-    ids, names, call_turns, arguments, tokens_ = _columns(data["calls"], 5, "call")
-    s.calls = {c.id: c for c in map(CallRecord, ids, names, call_turns, arguments, tokens_)}
+    ids, names, call_turns, arguments, tokens_, vias = _columns(data["calls"], 6, "call")
+    s.calls = {c.id: c for c in map(CallRecord, ids, names, call_turns, arguments, tokens_, vias)}
     s.resident = {i: s.calls[i] for i in _typed(data["resident"], list, "resident")}
     s.resident_by_tool = dict(_typed(data["resident_by_tool"], dict, "resident_by_tool"))
     s.argument_total = _typed(data["argument_total"], int, "argument_total")
+    s.deliveries = {
+        str(i): DeliveryRecord(str(i), tuple(t), tuple(h), int(turn))
+        for i, t, h, turn in _typed(data["deliveries"], list, "deliveries")
+    }
+    s.delivered = {i: s.deliveries[i] for i in _typed(data["delivered"], list, "delivered")}
+    for name in {n for d in s.delivered.values() for n in d.tools}:
+        s.recount_carried(name)  # derived, as a replay derives it
     columns = _columns(data["spans"], len(_SPAN_FIELDS), "span")
     s.spans = {r.id: r for r in map(SpanRecord, *columns)}
     s.span_states = {

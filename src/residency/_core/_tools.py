@@ -18,6 +18,7 @@ from residency._errors import InvalidInput
 
 __all__ = [
     "CallRecord",
+    "DeliveryRecord",
     "JSONObject",
     "ToolSpec",
     "MAX_ARGUMENT_DEPTH",
@@ -96,6 +97,10 @@ class CallRecord:
 
     Whether its arguments are still resident is session state (``Session.arguments_resident``),
     not a field: the record itself never changes.
+
+    Attributes:
+        via: what the call came through when the model did not call the tool by its own name
+            (a proxy tool such as the gateway's ``call_tool``); empty for a direct call.
     """
 
     id: str
@@ -103,6 +108,29 @@ class CallRecord:
     turn: int
     arguments: JSONObject
     argument_tokens: int
+    via: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRecord:
+    """A result that showed the model tool schemas: a tool delivered by reference.
+
+    A host whose tool list stays fixed shows other tools' schemas in results (a search hit with
+    its schema, a re-expansion); such a tool is resident while a result that showed its current
+    definition is still in the transcript. Whether the result still is, is session state
+    (``Session.deliveries``); the record never changes.
+
+    Attributes:
+        id: ``r<n>``, which the host names when it drops the result.
+        tools: the tools whose schemas the result showed, in order.
+        hashes: the definition hash of each, as shown (a later redefinition is not carried).
+        turn: the turn the result was delivered in.
+    """
+
+    id: str
+    tools: tuple[str, ...]
+    hashes: tuple[str, ...]
+    turn: int
 
 
 def parse_tool(raw: object, *, where: str = "tools") -> JSONObject:

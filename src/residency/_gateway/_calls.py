@@ -15,7 +15,21 @@ A ``tools/call`` runs in four steps:
 
 Step 1 raises domain errors; ``refusals_as_results`` turns a refusal into the call's result
 (the turn goes on), and the handler's ``protocol_errors`` boundary turns anything else into a
-JSON-RPC error (see ``_errors``). A call to an evicted tool (no arguments of it in the
+JSON-RPC error (see ``_errors``).
+
+``call_tool(name, arguments)`` is not a meta-tool of its own: its arguments are read first
+(``_meta_tools.call_tool_target``), and the turn then runs as the turn of a direct call of
+``name`` with ``arguments``, the same code from step 1 on: validation against the pinned schema,
+tombstone and archive refusals, implicit re-expansion, the chain guard, spans, the journal (the
+call is recorded ``via="call_tool"``), telemetry, the phase the call selects, the result's
+``_meta`` and tombstone notices, the plan and the announcements. Only bad input differs: a
+missing or non-string name, a meta-tool's name (``call_tool`` included), arguments that are not
+an object, or a tool no one knows is answered at once with an ``isError`` result
+(``arguments_invalid``, ``tool: call_tool``, ``path`` naming the field, a text saying what to do)
+before anything is applied, ``_meta`` reports included: it changes nothing. (A direct call of
+an unknown tool is a JSON-RPC error; through ``call_tool`` the name is an argument the model
+chose, so the model reads the refusal.) How tools are delivered (by list or by reference, and
+what results carry) is ``_delivery``'s. A call to an evicted tool (no arguments of it in the
 transcript, so it cannot be a ghost call) whose arguments validate against the full schema is
 admitted: the tool is re-expanded implicitly. A tombstoned tool stays refused until it is
 re-expanded explicitly.
@@ -47,7 +61,9 @@ The gateway assumes call arguments stay in the transcript (it cannot edit it), s
 gets no argument budget, unless the host takes part: a host that sends
 ``_meta["residency/evicted_calls"]`` (call ids it dropped; each forwarded result names its call
 id in ``_meta["residency/call"]``) gets the configured argument budget and the planner's
-evictions in ``_meta["residency/evict"]``.
+evictions in ``_meta["residency/evict"]``. Results that carried schemas (delivery by
+reference) name their id in ``_meta["residency/result"]``; the host reports dropping them in
+``_meta["residency/dropped_results"]``, applied after the evicted calls (see ``_delivery``).
 
 Spans. A forwarded result may become a span of the session (``_resources.record_result``):
 
@@ -87,23 +103,47 @@ more on the new state. A second conflict is the caller's to retry.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Never
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
 from residency._core._lifecycle import ToolState
-from residency._core._spans import SpanRecord
 from residency._core._tools import JSONObject
-from residency._errors import NotFound, ResidencyError, SessionConflict, UnknownPhase, UpstreamFailure
+from residency._errors import (
+    ArgumentsInvalid,
+    NotFound,
+    ResidencyError,
+    SessionConflict,
+    UpstreamFailure,
+)
 from residency._gateway import _meta_tools as meta
 from residency._gateway import _resources as res
 from residency._gateway._aggregate import CatalogEntry
 from residency._gateway._config import Secrets
-from residency._gateway._errors import protocol_errors, redact_result, refusals_as_results, rule_for
+from residency._gateway._delivery import switch_if_blind
+from residency._gateway._errors import (
+    ERROR_META_KEY,
+    error_result,
+    protocol_errors,
+    redact_result,
+    refusals_as_results,
+    rule_for,
+)
+from residency._gateway._host_reports import (
+    DROPPED_META_KEY,
+    DROPPED_RESULTS_META_KEY,
+    EVICTED_META_KEY,
+    KEPT_META_KEY,
+    PHASE_META_KEY,
+    host_dropped_results,
+    host_dropped_spans,
+    host_evictions,
+    host_phase,
+)
 from residency._gateway._revoke import revoke_off_loop
 from residency._gateway._sessions import GatewaySession
 from residency._gateway._upstream import ToolsChanged, Upstream
@@ -115,6 +155,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_META_KEY",
     "DROPPED_META_KEY",
+    "DROPPED_RESULTS_META_KEY",
     "EVICTED_META_KEY",
     "EVICT_META_KEY",
     "KEPT_META_KEY",
@@ -126,14 +167,12 @@ __all__ = [
 logger = logging.getLogger("residency.gateway")
 
 CALL_META_KEY = "residency/call"
-EVICTED_META_KEY = "residency/evicted_calls"
 EVICT_META_KEY = "residency/evict"
-PHASE_META_KEY = "residency/phase"
-DROPPED_META_KEY = "residency/dropped_spans"
-KEPT_META_KEY = "residency/kept_spans"
 TOMBSTONE_NOTICE = "Withheld now:"
 """The first line of the text block a call's result gets when the call created tombstones."""
 _SEND_ATTEMPTS = 3
+# Refusals of a tool the list does not show that say how to call it there (``CALL_HINT``).
+_TAUGHT = frozenset({"tool_not_resident", "arguments_invalid"})
 
 
 class ToolCalls:
@@ -173,25 +212,42 @@ class ToolCalls:
         s = gs.session
         name = params.name
         arguments: JSONObject = dict(params.arguments or {})
-        phase = self._host_phase(gs, ctx)
-        self._host_evictions(gs, ctx)
-        self._host_dropped_spans(gs, ctx, extra_meta)
+        via = ""
+        if name == meta.CALL_TOOL:
+            try:
+                name, arguments = self._call_tool_target(gs, arguments)
+            except ArgumentsInvalid as exc:
+                return error_result(exc, self.secrets, structured=True)  # nothing was applied
+            via = meta.CALL_TOOL
+        # What the host reports is applied before the call (``_host_reports``).
+        phase = host_phase(gs, ctx, gw.config.residency.phases)
+        switch_if_blind(gs, ctx)
+        host_evictions(gs, ctx)
+        host_dropped_results(gs, ctx)
+        host_dropped_spans(gs, ctx, extra_meta)
         before = gs.view(gw.catalog)
         if name in meta.META_TOOLS:
             result = await refusals_as_results(
                 self._meta_call(gs, name, arguments), self.secrets, structured=True
             )
         else:
-            result = await refusals_as_results(self._forward(gs, name, arguments, extra_meta), self.secrets)
+            carried: list[str] = []
+            result = await refusals_as_results(
+                self._forward(gs, name, arguments, extra_meta, via=via, carried=carried), self.secrets
+            )
             if CALL_META_KEY in extra_meta and not gs.host_sets_phase:
                 phase = self._phase_after_call(phase, name)
+            self._carry(gs, carried, result, extra_meta)
+            self._teach(gs, result)
         budget = gw._turn_budget(gs)
+        by_reference = gs.delivery.by_reference
         plan: TurnPlan | None = None
         try:
             try:
-                plan = s.plan_turn(budget, phase=phase)
+                plan = s.plan_turn(budget, phase=phase, by_reference=by_reference)
             except SessionConflict:
-                plan = s.plan_turn(budget, phase=phase)  # caught up: planned on the new state
+                # Caught up: planned on the new state.
+                plan = s.plan_turn(budget, phase=phase, by_reference=by_reference)
         except SessionConflict:
             # The call's own work is done (it may have been forwarded): its result is not
             # dropped for a plan. Losing a plan leaves a more cautious state; the next request
@@ -199,7 +255,7 @@ class ToolCalls:
             logger.warning("session %s: another writer keeps changing it; turn not planned", gs.key)
         if plan is not None and gs.host_applies_evictions and plan.evictions:
             extra_meta[EVICT_META_KEY] = list(plan.evictions)
-        _add_tombstone_notice(result, before[1], gs.view(gw.catalog)[1])
+        _add_tombstone_notice(result, before.tombstones, gs.view(gw.catalog).tombstones)
         await gw._announce(gs, before, current=ctx)
         if gw._fanout is not None and gs.view(gw.catalog) != before:
             await gw._fanout.notify(s.session_id)  # clients of other replicas hear of it too
@@ -208,15 +264,40 @@ class ToolCalls:
             result.meta = {**(result.meta or {}), **extra_meta}
         return result
 
+    def _call_tool_target(self, gs: GatewaySession, arguments: JSONObject) -> tuple[str, JSONObject]:
+        """The direct call a ``call_tool`` call stands for (see the module docstring).
+
+        Raises:
+            ArgumentsInvalid: bad input (``tool`` is ``call_tool``); nothing has been applied.
+        """
+        name, inner = meta.call_tool_target(arguments)
+        if self._gw.catalog.get(name) is None and not _known(gs.session, name) and not self._upstreams_down():
+            raise ArgumentsInvalid(
+                f"invalid arguments at $.name: no tool named {name!r}. Find one with "
+                f"{meta.SEARCH_TOOLS}, then call it through {meta.CALL_TOOL} with the name it gives.",
+                tool=meta.CALL_TOOL,
+                path="$.name",
+            )
+        return name, inner
+
     async def _meta_call(self, gs: GatewaySession, name: str, arguments: JSONObject) -> types.CallToolResult:
-        handler = {
-            meta.SEARCH_TOOLS: meta.search_tools,
-            meta.REEXPAND_TOOLS: meta.reexpand_tools,
-            meta.CHECK_CHAIN: meta.check_chain,
-            meta.ARCHIVE_CHAIN: meta.archive_chain,
-            meta.READ_SPAN: meta.read_span,
-        }[name]
-        result = handler(gs.session, self._gw.catalog, arguments)
+        s, catalog, delivery = gs.session, self._gw.catalog, gs.delivery
+        if name == meta.SEARCH_TOOLS:
+            listed = gs.listed_tools(catalog) if delivery.by_reference else ()
+            result = meta.search_tools(
+                s, catalog, arguments, by_reference=delivery.by_reference, listed=listed
+            )
+        elif name == meta.REEXPAND_TOOLS:
+            result = meta.reexpand_tools(
+                s, catalog, arguments, call_tool=delivery.lists_call_tool, deliver=delivery.records_deliveries
+            )
+        else:
+            handler = {
+                meta.CHECK_CHAIN: meta.check_chain,
+                meta.ARCHIVE_CHAIN: meta.archive_chain,
+                meta.READ_SPAN: meta.read_span,
+            }[name]
+            result = handler(s, catalog, arguments)
         if name == meta.ARCHIVE_CHAIN and not result.is_error and self._gw._revoker is not None:
             record = gs.session.chain(str((result.structured_content or {}).get("digest", "")))
             await revoke_off_loop(gs.session, self._gw._revoker, record.credentials, self._gw._revoking)
@@ -231,9 +312,20 @@ class ToolCalls:
         return result
 
     async def _forward(
-        self, gs: GatewaySession, name: str, arguments: JSONObject, extra_meta: JSONObject
+        self,
+        gs: GatewaySession,
+        name: str,
+        arguments: JSONObject,
+        extra_meta: JSONObject,
+        *,
+        via: str = "",
+        carried: list[str] | None = None,
     ) -> types.CallToolResult:
         """Admit a call and forward it upstream.
+
+        ``via``: what the call came through (``call_tool``), journaled with it. ``carried``: gets
+        the tool's name when the call re-expanded it implicitly and the session's list does not
+        show it (its result must carry the schema, see ``_delivery``).
 
         Raises:
             ResidencyError: the call is refused, or the upstream failed (``UpstreamFailure``).
@@ -252,13 +344,16 @@ class ToolCalls:
             # The session missed a catalog update (or was opened from an older journal).
             s.register_tools(gw.catalog.definitions())
         evicted = s.state(name) is ToolState.EVICTED
+        unlisted = gs.delivery.by_reference and not gs.lists(name)
         try:
-            record = s.admit_call(name, arguments, reexpand_evicted=True)
+            record = s.admit_call(name, arguments, reexpand_evicted=True, show_schema=unlisted, via=via)
         except ResidencyError as exc:
             self._refused(gs, name, exc)
             raise
         if evicted:
             gw.telemetry.reexpanded(gs.key, (name,), implicit=True)
+            if unlisted and carried is not None:
+                carried.append(name)
         extra_meta[CALL_META_KEY] = record.id
         started = time.perf_counter()
         try:
@@ -269,7 +364,7 @@ class ToolCalls:
         if result is None:  # its definition changed under the call: not sent
             self._redefined_under_call(gs, name, arguments)
         gw.telemetry.forwarded(
-            gs.key, name, entry.server, time.perf_counter() - started, ok=not result.is_error
+            gs.key, name, entry.server, time.perf_counter() - started, ok=not result.is_error, via=via
         )
         # An upstream may quote its own env or headers, in an isError result above all.
         # Recorded after redaction: what the store keeps is what the client may see.
@@ -338,70 +433,52 @@ class ToolCalls:
             server=gw.catalog.get(name).server,  # type: ignore[union-attr]
         )
 
+    def _carry(
+        self, gs: GatewaySession, carried: list[str], result: types.CallToolResult, extra_meta: JSONObject
+    ) -> None:
+        """By reference: the result of a call that re-expanded its tool implicitly carries the
+        tool's schema (the list does not show it), recorded as a delivery (see ``_delivery``)."""
+        if not carried:
+            return
+        s = gs.session
+        try:
+            delivery = s.record_delivery(carried)
+        except ResidencyError as exc:
+            # Another writer moved the tool: unrecorded, the next plan withholds it (tombstoned,
+            # its arguments are visible), which is the cautious side.
+            logger.warning(
+                "session %s: schema delivery not recorded: %s", gs.key, self.secrets.redact(str(exc))
+            )
+            return
+        extra_meta[meta.RESULT_META_KEY] = delivery.id
+        for name in carried:
+            schema = json.dumps(s.tool(name).shown, ensure_ascii=False, separators=(",", ":"))
+            text = f"{name} is not in your tool list; its schema: {schema}\n{meta.CALL_HINT}"
+            result.content = [*result.content, types.TextContent(type="text", text=text)]
+
+    def _teach(self, gs: GatewaySession, result: types.CallToolResult) -> None:
+        """A refusal of a tool the session's list does not show says how to call such a tool."""
+        if not result.is_error or not gs.delivery.lists_call_tool:
+            return
+        details = (result.meta or {}).get(ERROR_META_KEY)
+        if not isinstance(details, dict) or details.get("reason") not in _TAUGHT:
+            return
+        tool = details.get("tool")
+        if not isinstance(tool, str) or not _known(gs.session, tool) or gs.lists(tool):
+            return
+        first = result.content[0] if result.content else None
+        if isinstance(first, types.TextContent) and meta.CALL_HINT not in first.text:
+            first.text = f"{first.text} {meta.CALL_HINT}"
+
     def _refused(self, gs: GatewaySession, name: str, exc: ResidencyError) -> None:
         rule = rule_for(exc)
         self._gw.telemetry.refused(gs.key, name, rule.reason if rule is not None else type(exc).__name__)
-
-    def _host_phase(self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> str | None:
-        """The phase this turn is planned in: the host's choice if it sent one, else the session's.
-
-        Raises:
-            UnknownPhase: the host named a phase the config does not define (nothing is changed).
-        """
-        meta_in: Mapping[str, Any] = ctx.meta if isinstance(ctx.meta, dict) else {}
-        phases = self._gw.config.residency.phases
-        if PHASE_META_KEY not in meta_in:
-            current = gs.session.phase
-            return current if current in phases else None  # a phase dropped from the config ends
-        chosen = meta_in[PHASE_META_KEY]
-        if chosen == "":
-            chosen = None  # some SDKs drop nulls from _meta: an empty name also means none
-        if chosen is not None and (not isinstance(chosen, str) or chosen not in phases):
-            known = tuple(sorted(phases))
-            raise UnknownPhase(
-                f'_meta[{PHASE_META_KEY!r}] must name a configured phase, or be "" for none; '
-                f"known: {list(known)}",
-                phases=known,
-            )
-        gs.host_sets_phase = True
-        return chosen
 
     def _phase_after_call(self, phase: str | None, tool: str) -> str | None:
         """The agent's call selects the phase: the active one if it has the tool, else the first that does."""
         if phase is not None and tool in self._gw.config.residency.phases.get(phase, ()):
             return phase
         return self._phase_of.get(tool, phase)
-
-    def _host_evictions(self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> None:
-        meta_in = ctx.meta if isinstance(ctx.meta, dict) else {}
-        ids = meta_in.get(EVICTED_META_KEY)
-        if not isinstance(ids, list):
-            return
-        gs.host_applies_evictions = True
-        s = gs.session
-        # Ids this session never issued are ignored; already-evicted ones change nothing.
-        known = [i for i in ids if isinstance(i, str) and _is_call(s, i)]
-        if known:
-            s.evict_arguments(*known)
-
-    def _host_dropped_spans(
-        self, gs: GatewaySession, ctx: ServerRequestContext[Any, Any], extra_meta: JSONObject
-    ) -> None:
-        """Apply the spans the host dropped from its context (see "Spans" in the module docstring)."""
-        meta_in = ctx.meta if isinstance(ctx.meta, dict) else {}
-        ids = meta_in.get(DROPPED_META_KEY)
-        if not isinstance(ids, list):
-            return
-        s = gs.session
-        named = dict.fromkeys(i for i in ids if isinstance(i, str))
-        records = [record for i in named if (record := _span_or_none(s, i)) is not None]
-        kept = [r for r in records if r.precondition]
-        for record in kept:
-            s.externalize(record.id)  # written to the content store first; never evicted
-        others = [r.id for r in records if not r.precondition]
-        if others:
-            s.evict_span(*others)  # their bytes go to the content store first
-        extra_meta[KEPT_META_KEY] = [{"id": r.id, "uri": res.SPANS + r.id, "key": r.key} for r in kept]
 
     def _upstreams_down(self) -> list[Upstream]:
         return [u for u in self._gw.upstreams.values() if not u.connected]
@@ -442,16 +519,9 @@ def _add_tombstone_notice(
         result.content = [*result.content, notice]
 
 
-def _is_call(session: Session, call_id: str) -> bool:
+def _known(session: Session, name: str) -> bool:
     try:
-        session.call(call_id)
+        session.tool(name)
     except NotFound:
         return False
     return True
-
-
-def _span_or_none(session: Session, span_id: str) -> SpanRecord | None:
-    try:
-        return session.span(span_id)
-    except NotFound:
-        return None

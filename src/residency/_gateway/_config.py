@@ -32,7 +32,7 @@ from pydantic import (
     field_validator,
 )
 
-from residency._core._minify import LEVELS, MINIFY_ALIASES, MINIFY_LEVELS
+from residency._core._minify import MINIFY_ALIASES, MINIFY_LEVELS
 from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
@@ -148,6 +148,12 @@ class ResidencySettings(_Strict):
         store: where sessions live (``memory://``, ``sqlite:///path.db`` or ``postgresql://...``).
         chains: what a call that would complete an archived fatal chain gets: refused, or
             forwarded with a warning.
+        delivery: how a withheld tool reaches the model (see ``_delivery``): ``list`` (it joins
+            the session's tool list: a list change), ``reference`` (the list stays fixed, the
+            pinned tools and the meta-tools with ``call_tool``; schemas arrive in
+            ``search_tools`` and ``reexpand_tools`` results and the model calls through
+            ``call_tool``), or ``auto`` (``call_tool`` listed from the first list; by list while
+            the client can see a changed list, by reference for good once it cannot).
         call_timeout: seconds an upstream call may take.
         startup_timeout: seconds one upstream may take to start and list its tools.
         ready_wait: seconds the gateway waits for starting upstreams before it serves; an
@@ -169,6 +175,7 @@ class ResidencySettings(_Strict):
     minify: Literal["none", "full-text", "compact", "minimal"] = "full-text"
     store: str = "memory://"
     chains: Literal["refuse", "warn"] = "refuse"
+    delivery: Literal["list", "reference", "auto"] = "list"
     call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
     startup_timeout: float = Field(default=DEFAULT_STARTUP_TIMEOUT, gt=0)
     ready_wait: float = Field(default=DEFAULT_READY_WAIT, ge=0)

@@ -1,12 +1,19 @@
-"""The gateway's own tools: ``search_tools``, ``reexpand_tools``, ``check_chain``, ``archive_chain``
-and ``read_span``.
+"""The gateway's own tools: ``search_tools``, ``reexpand_tools``, ``call_tool``, ``check_chain``,
+``archive_chain`` and ``read_span``.
 
 Kept small, and the same on every call: a host's prompt cache is keyed on the tool list, so
 nothing that changes turn by turn goes in it. Which of them a session is shown is fixed by the
-gateway's config and by whether its archive scope holds a chain (``listed_meta_tools``).
-Tombstones reach the model in the result of the call that creates them (the gateway appends
-them to it) and in the ``residency://tombstones`` resource; a call to a tombstoned tool is
-refused with its tombstone.
+gateway's config, by the session's delivery (``call_tool`` is listed to a session that may get
+tools by reference) and by whether its archive scope holds a chain (``listed_meta_tools``).
+The definitions come in two variants, each the same byte for byte in every session and on
+every call: without ``call_tool`` (delivery by list) and with it, where ``search_tools`` and
+``reexpand_tools`` also say, in one sentence (``CALL_HINT``), how a tool that is not in the
+model's list is called. Tombstones reach the model in the result of the call that creates them
+(the gateway appends them to it) and in the ``residency://tombstones`` resource; a call to a
+tombstoned tool is refused with its tombstone.
+
+``call_tool`` is not handled here: its arguments name a call that takes the path of a direct
+call (``_calls``); ``call_tool_target`` reads and checks them.
 
 Each handler takes the session and the raw arguments and returns a ``CallToolResult``. Bad
 arguments raise ``ArgumentsInvalid`` naming the field (``path``, e.g. ``$.query``), and so does
@@ -19,7 +26,7 @@ its result, which is an error only when none could.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import mcp_types as types
@@ -34,12 +41,17 @@ from residency._runtime import Session
 
 __all__ = [
     "ARCHIVE_CHAIN",
+    "CALL_HINT",
+    "CALL_TOOL",
     "CHECK_CHAIN",
+    "LIST_META_TOOLS",
     "READ_SPAN",
     "META_TOOLS",
     "REEXPAND_TOOLS",
+    "RESULT_META_KEY",
     "SEARCH_TOOLS",
     "archive_chain",
+    "call_tool_target",
     "check_chain",
     "listed_meta_tools",
     "meta_tool_definitions",
@@ -53,7 +65,19 @@ REEXPAND_TOOLS = "reexpand_tools"
 CHECK_CHAIN = "check_chain"
 ARCHIVE_CHAIN = "archive_chain"
 READ_SPAN = "read_span"
-META_TOOLS = (SEARCH_TOOLS, REEXPAND_TOOLS, CHECK_CHAIN, ARCHIVE_CHAIN, READ_SPAN)
+CALL_TOOL = "call_tool"
+META_TOOLS = (SEARCH_TOOLS, REEXPAND_TOOLS, CALL_TOOL, CHECK_CHAIN, ARCHIVE_CHAIN, READ_SPAN)
+"""Every meta-tool, in listing order (their names are reserved: an upstream tool of one of
+these names is namespaced)."""
+LIST_META_TOOLS = tuple(n for n in META_TOOLS if n != CALL_TOOL)
+"""The meta-tools a session delivered by list may be shown: every one but ``call_tool``."""
+
+CALL_HINT = "A tool that is not in your tool list is called through call_tool(name, arguments)."
+"""The one sentence that tells the model how to call a tool its list does not show."""
+
+RESULT_META_KEY = "residency/result"
+"""``_meta`` key of a result that showed tool schemas: its delivery id, which the host names in
+``_meta["residency/dropped_results"]`` when it drops the result from its transcript."""
 
 MAX_NAMES = 20
 _WITHHELD = frozenset({ToolState.TOMBSTONED, ToolState.EVICTED})
@@ -65,39 +89,63 @@ _REEXPAND_BASE = (
 )
 
 
-def listed_meta_tools(*, chains: bool, offload: bool) -> tuple[str, ...]:
+def listed_meta_tools(*, chains: bool, offload: bool, call_tool: bool = False) -> tuple[str, ...]:
     """The meta-tools a session is shown, in listing order.
 
-    ``search_tools``, ``reexpand_tools`` and ``archive_chain`` always; ``check_chain`` once the
-    session's archive scope holds a chain (before that it could only answer "safe"), and
-    ``read_span`` when the gateway records results as spans (``offload``: offloading on, or a
-    ``spans.tags`` rule; there is nothing to read otherwise).
-    Each is listed every turn, so each one left out saves its tokens on every request; the
-    list changes once, when the first chain is archived.
+    ``search_tools``, ``reexpand_tools`` and ``archive_chain`` always; ``call_tool`` to a
+    session that may get tools by reference (``call_tool``: delivery ``reference`` or ``auto``,
+    from its first list on); ``check_chain`` once the session's archive scope holds a chain
+    (before that it could only answer "safe"), and ``read_span`` when the gateway records
+    results as spans (``offload``: offloading on, or a ``spans.tags`` rule; there is nothing to
+    read otherwise). Each is listed every turn, so each one left out saves its tokens on every
+    request; the list changes once, when the first chain is archived.
     """
     return tuple(
-        name for name in META_TOOLS if (name != CHECK_CHAIN or chains) and (name != READ_SPAN or offload)
+        name
+        for name in META_TOOLS
+        if (name != CHECK_CHAIN or chains)
+        and (name != READ_SPAN or offload)
+        and (name != CALL_TOOL or call_tool)
     )
 
 
-def meta_tool_definitions(names: Iterable[str] = META_TOOLS) -> list[JSONObject]:
-    """The meta-tools ``names`` as ``tools/list`` entries (every one when omitted), in listing
-    order: the same definitions for every session on every call.
+def meta_tool_definitions(names: Iterable[str] = LIST_META_TOOLS) -> list[JSONObject]:
+    """The meta-tools ``names`` as ``tools/list`` entries (when omitted, every one a session
+    delivered by list may be shown), in listing order: the same definitions for every session
+    on every call.
 
-    Tombstone lines are not in ``reexpand_tools``' description: they would change the list, and
-    so the host's cached prompt, every time a tool was withheld.
+    When ``names`` holds ``call_tool``, ``search_tools``' and ``reexpand_tools``' descriptions
+    are the variant that says how a tool missing from the list is called (``CALL_HINT``); the
+    other meta-tools are the same in both variants. Tombstone lines are not in
+    ``reexpand_tools``' description: they would change the list, and so the host's cached
+    prompt, every time a tool was withheld.
     """
     wanted = set(names)
-    return [d for d in _definitions() if d["name"] in wanted]
+    definitions = _BY_REFERENCE if CALL_TOOL in wanted else _BY_LIST
+    return [json.loads(json.dumps(d)) for d in definitions if d["name"] in wanted]
 
 
-def _definitions() -> list[JSONObject]:
-    reexpand = _REEXPAND_BASE
+def _definitions(*, call_tool: bool) -> list[JSONObject]:
+    if call_tool:
+        search = (
+            "Search tools that are not in your tool list (names, descriptions, argument names). "
+            "Each hit comes with its schema. " + CALL_HINT
+        )
+        reexpand = (
+            "Get the full schemas of tools by name, e.g. a withheld one or one you no longer see. "
+            + CALL_HINT
+        )
+    else:
+        search = (
+            "Search tools whose schemas are withheld (names, descriptions, argument names). "
+            "Returns names and one-line descriptions; re-expand one to call it."
+        )
+        reexpand = _REEXPAND_BASE
+    proxy = [_CALL_TOOL_DEFINITION] if call_tool else []
     return [
         {
             "name": SEARCH_TOOLS,
-            "description": "Search tools whose schemas are withheld (names, descriptions, argument names). "
-            "Returns names and one-line descriptions; re-expand one to call it.",
+            "description": search,
             "inputSchema": {
                 "type": "object",
                 "properties": {
@@ -127,6 +175,7 @@ def _definitions() -> list[JSONObject]:
             },
             "annotations": {**_READ_ONLY, "idempotentHint": True},
         },
+        *proxy,
         {
             "name": CHECK_CHAIN,
             "description": "Check a planned sequence of tool calls against archived failed chains before "
@@ -154,6 +203,22 @@ def _definitions() -> list[JSONObject]:
         _ARCHIVE_CHAIN_DEFINITION,
         _READ_SPAN_DEFINITION,
     ]
+
+
+# Listed to a session that may get tools by reference; its arguments are checked in
+# ``call_tool_target`` (the messages say what to do), the call itself like a direct one.
+_CALL_TOOL_DEFINITION: JSONObject = {
+    "name": CALL_TOOL,
+    "description": "Call a tool that is not in your tool list: name is the tool (as search_tools or "
+    "reexpand_tools gave it), arguments its arguments as one object. Checked against the tool's "
+    "schema, like a direct call.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {"name": {"type": "string", "minLength": 1}, "arguments": {"type": "object"}},
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+}
 
 
 # Listed in every session: kept short (the field checks and their messages are in the handler).
@@ -191,6 +256,10 @@ _READ_SPAN_DEFINITION: JSONObject = {
 }
 
 
+_BY_LIST = _definitions(call_tool=False)
+_BY_REFERENCE = _definitions(call_tool=True)
+
+
 def _result(text: str, data: JSONObject, *, error: bool = False) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)], structured_content=data, is_error=error
@@ -208,8 +277,56 @@ def _path(where: str) -> str:
     return where if where.startswith("$") else f"$.{where}"
 
 
-def search_tools(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
+def call_tool_target(arguments: Mapping[str, Any]) -> tuple[str, JSONObject]:
+    """The call that ``call_tool``'s arguments name: the tool and its own arguments.
+
+    Whether the tool exists is the caller's to check (it needs the session and the catalog).
+
+    Raises:
+        ArgumentsInvalid: ``name`` missing, not a string or a meta-tool's name, ``arguments``
+            not an object, or another key (the tool's own arguments put beside ``name``); the
+            path names the field.
+    """
+    extra = sorted(str(k) for k in arguments if k not in ("name", "arguments"))
+    if extra:
+        raise _bad(
+            CALL_TOOL,
+            extra[0],
+            "call_tool takes only name and arguments: put the tool's own arguments in arguments",
+        )
+    name = arguments.get("name")
+    if not isinstance(name, str) or not name:
+        raise _bad(
+            CALL_TOOL, "name", "the name of the tool to call, a non-empty string (search_tools finds it)"
+        )
+    if name in META_TOOLS:
+        raise _bad(
+            CALL_TOOL,
+            "name",
+            f"{name} is one of the gateway's own tools: call it directly, not through {CALL_TOOL}",
+        )
+    inner = arguments.get("arguments", {})
+    if not isinstance(inner, Mapping):
+        raise _bad(CALL_TOOL, "arguments", "the tool's arguments as one JSON object ({} for none)")
+    return name, dict(inner)
+
+
+def search_tools(
+    session: Session,
+    catalog: Catalog,
+    arguments: Mapping[str, Any],
+    *,
+    by_reference: bool = False,
+    listed: Collection[str] = (),
+) -> types.CallToolResult:
     """Rank the session's withheld tools (tombstoned or evicted; never archived) against a query.
+
+    ``by_reference``: the session's list is fixed (``listed``: the tools it shows), so the
+    tools searched are those the model does not see: neither listed nor carried by a result
+    still in the transcript (``Session.carried``), never archived. Each hit carries its schema
+    as the list would show it (the session's minify level): the result is recorded as a
+    delivery (``Session.record_delivery``; the tools are resident while it is in the
+    transcript) and names its id in ``_meta["residency/result"]``.
 
     Raises:
         ArgumentsInvalid: a malformed query or limit.
@@ -221,16 +338,24 @@ def search_tools(session: Session, catalog: Catalog, arguments: Mapping[str, Any
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 50:
         raise _bad(SEARCH_TOOLS, "limit", "an integer from 1 to 50")
 
-    # The catalog's shared index, filtered to this session's withheld tools: never resident or
-    # archived ones, and never a tool the session does not know. The test is asked only of the
-    # best-ranked tools, so a query does not walk the session's whole catalog.
+    # The catalog's shared index, filtered to the tools this session's model does not see: by
+    # list its withheld ones, by reference those neither listed nor carried; never archived
+    # ones, never a tool the session does not know. The test is asked only of the best-ranked
+    # tools, so a query does not walk the session's whole catalog.
+    shown = frozenset(listed)
+
     def withheld(name: str) -> bool:
         try:
-            return session.state(name) in _WITHHELD
+            state = session.state(name)
         except NotFound:
             return False
+        if by_reference:
+            return state is not ToolState.ARCHIVED and name not in shown and not session.carried(name)
+        return state in _WITHHELD
 
     hits = catalog_index(catalog).search(query, limit=limit, among=withheld)
+    if by_reference:
+        return _delivered_hits(session, query, [h.name for h in hits], {h.name: h.summary for h in hits})
     found = [{"name": h.name, "description": h.summary, "state": session.state(h.name).value} for h in hits]
     if not found:
         text = f"No withheld tool matches {query!r}."
@@ -240,8 +365,46 @@ def search_tools(session: Session, catalog: Catalog, arguments: Mapping[str, Any
     return _result(text, {"tools": found})
 
 
-def reexpand_tools(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:
+def _delivered_hits(
+    session: Session, query: str, names: list[str], summaries: Mapping[str, str]
+) -> types.CallToolResult:
+    """Search hits with their schemas, recorded as a delivery (see ``search_tools``)."""
+    if not names:
+        return _result(f"No tool outside your tool list matches {query!r}.", {"tools": []})
+    delivery = session.record_delivery(names)
+    found: list[JSONObject] = []
+    lines: list[str] = []
+    for name in names:
+        spec = session.tool(name)
+        found.append(
+            {
+                "name": name,
+                "description": summaries[name],
+                "state": session.state(name).value,
+                "definition": spec.shown,
+            }
+        )
+        lines.append(json.dumps(spec.shown, ensure_ascii=False, separators=(",", ":")))
+    lines.append(CALL_HINT)
+    result = _result("\n".join(lines), {"tools": found})
+    result.meta = {RESULT_META_KEY: delivery.id}
+    return result
+
+
+def reexpand_tools(
+    session: Session,
+    catalog: Catalog,
+    arguments: Mapping[str, Any],
+    *,
+    call_tool: bool = False,
+    deliver: bool = False,
+) -> types.CallToolResult:
     """Make tools resident again and return their full definitions in the result itself.
+
+    ``call_tool``: the session lists ``call_tool``, and the result says how a tool missing from
+    the list is called (``CALL_HINT``). ``deliver``: the result is recorded as a delivery of the
+    re-expanded tools (``Session.record_delivery``) and names its id in
+    ``_meta["residency/result"]``.
 
     Raises:
         ArgumentsInvalid: ``names`` is not a list of 1 to ``MAX_NAMES`` names.
@@ -271,10 +434,15 @@ def reexpand_tools(session: Session, catalog: Catalog, arguments: Mapping[str, A
             del exc
     lines = []
     if tools:
-        lines.append("Re-expanded; these tools are callable now. Full definitions:")
+        hint = f" {CALL_HINT}" if call_tool else ""
+        lines.append(f"Re-expanded; these tools are callable now.{hint} Full definitions:")
         lines.extend(json.dumps(t, ensure_ascii=False, separators=(",", ":")) for t in tools)
     lines.extend(f"{e['name']}: {e['message']}" for e in errors)
-    return _result("\n".join(lines), {"tools": tools, "errors": errors}, error=not tools)
+    result = _result("\n".join(lines), {"tools": tools, "errors": errors}, error=not tools)
+    if deliver and tools:
+        delivery = session.record_delivery([str(t["name"]) for t in tools])
+        result.meta = {RESULT_META_KEY: delivery.id}
+    return result
 
 
 def check_chain(session: Session, catalog: Catalog, arguments: Mapping[str, Any]) -> types.CallToolResult:

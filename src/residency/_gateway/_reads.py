@@ -84,4 +84,9 @@ class ResourceHandlers:
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         gs = self._gw._request_session(ctx)
-        return await gs.listen(ctx, params)
+        if not params.notifications.tools_list_changed:
+            return await gs.listen(ctx, params)
+        # Counted while the stream is open: an auto session asks whether its client hears a
+        # changed list (``_delivery``).
+        with gs.tool_listener():
+            return await gs.listen(ctx, params)

@@ -15,10 +15,12 @@ what the client sees changed, it is told: ``tools/list_changed`` in the handshak
 session's listen streams in the 2026-07-28 era. Every handler is wrapped in the error table's
 boundary (``_errors.protocol_errors``): handlers raise domain errors and map none.
 
-In both eras ``tools/list`` is the caller's session view: its resident tools (minified, in the
-order they became resident) plus the meta-tools, whose definitions never change; tombstones
-reach the model in the result of the call that creates them. Agent frameworks let
-the model call listed tools only, so a re-expanded tool must be listed. 2026-07-28 answers are
+In both eras ``tools/list`` is the caller's session view (``_listing``): the tools its list
+shows (delivered by list: its resident tools, minified, in the order they became resident; by
+reference: its pinned tools, see ``_delivery``) plus the meta-tools, whose definitions never
+change for it; tombstones reach the model in the result of the call that creates them. Agent
+frameworks let the model call listed tools only, so a tool delivered by list is listed, and a
+session delivered by reference lists ``call_tool``. 2026-07-28 answers are
 ``cacheScope: "private"`` with ``ttlMs: 0`` (the list differs per caller and may change), and
 changes go out on the session's ``subscriptions/listen`` stream.
 
@@ -45,25 +47,23 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import anyio.abc
-import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
-from mcp.server.subscriptions import InMemorySubscriptionBus, ResourceUpdated, ToolsListChanged
+from mcp.server.subscriptions import InMemorySubscriptionBus
 
 from residency._core._minify import MinifyLevel, minify_tool
 from residency._core._planner import Budget
 from residency._core._tools import JSONObject
 from residency._errors import ConfigError, ResidencyError, SessionConflict, UpstreamFailure
 from residency._gateway import _meta_tools as meta
-from residency._gateway import _resources as res
 from residency._gateway._aggregate import Catalog, build_catalog
 from residency._gateway._calls import CALL_META_KEY, PHASE_META_KEY, TOMBSTONE_NOTICE, ToolCalls
 from residency._gateway._config import MINIFY_LEVELS, GatewayConfig, Secrets
 from residency._gateway._connection import ListChangedServer, connection_of, is_modern, session_key
-from residency._gateway._errors import protocol_errors
+from residency._gateway._listing import ToolListing
 from residency._gateway._reads import ResourceHandlers
 from residency._gateway._sessions import GatewaySession, SessionTable, View, store_id
-from residency._gateway._telemetry import Telemetry, count_tokens_aside, meta_tool_tokens
+from residency._gateway._telemetry import Telemetry, count_tokens_aside
 from residency._gateway._upstream import Upstream
 from residency._runtime import Session
 from residency._runtime._tool_cache import checked_tool
@@ -79,8 +79,6 @@ __all__ = ["CALL_META_KEY", "PHASE_META_KEY", "TOMBSTONE_NOTICE", "Gateway"]
 logger = logging.getLogger("residency.gateway")
 
 _UNBOUNDED = 1 << 62
-_META_TOOL_MODELS = {str(d["name"]): types.Tool.model_validate(d) for d in meta.meta_tool_definitions()}
-"""The meta-tools as listed: the same for every session, so built once."""
 ANONYMOUS = "anonymous"
 """The key of a throwaway session given to a caller that names none and has no identity."""
 RELIST_INTERVAL = 30.0
@@ -200,9 +198,8 @@ class Gateway:
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._fanout: Fanout | None = None  # cross-replica notices (PostgreSQL stores)
-        self._tool_models: dict[tuple[str, str], types.Tool] = {}
-        self._shown_cache: dict[str, JSONObject] = {}
         self._calls = ToolCalls(self)
+        self._listing = ToolListing(self)
         self._resources = ResourceHandlers(self)
         self.server = self._build_server()
 
@@ -216,7 +213,9 @@ class Gateway:
                 self._store = open_store(self.config.residency.store)
             if self._owns_store:
                 stack.callback(self._store.close)
-            self._sessions = SessionTable(self._store, self._open_session)
+            self._sessions = SessionTable(
+                self._store, self._open_session, delivery=self.config.residency.delivery
+            )
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._fanout = _fanout_for(self._store)
             if self._fanout is not None:
@@ -289,7 +288,6 @@ class Gateway:
             offered[name] = [t for t in upstream.tools if self._usable(name, t)]
             self._applied[name] = upstream.version
         self.catalog = build_catalog(offered, reserved=meta.META_TOOLS, overrides=self._overrides)
-        self._shown_cache.clear()
         # Only telemetry needs it, first at the first list: counted meanwhile, beside the loop.
         self._catalog_count = count_tokens_aside(self.catalog.definitions())
 
@@ -399,7 +397,10 @@ class Gateway:
         if key is None:
             # An anonymous caller: a throwaway session of its own, never stored or shared.
             gs = GatewaySession(
-                ANONYMOUS, self._open_session(ANONYMOUS, MemoryStore()), InMemorySubscriptionBus()
+                ANONYMOUS,
+                self._open_session(ANONYMOUS, MemoryStore()),
+                InMemorySubscriptionBus(),
+                self.config.residency.delivery,
             )
             opened = True
         else:
@@ -459,7 +460,8 @@ class Gateway:
         s = gs.session
         s.register_tools(self.catalog.definitions())
         if s.turn == 0:
-            s.plan_turn(self._turn_budget(gs))  # a new session: tools to the budget
+            # A new session: tools to the budget (by reference: its pinned tools only).
+            s.plan_turn(self._turn_budget(gs), by_reference=gs.delivery.by_reference)
 
     def _request_session(self, ctx: ServerRequestContext[Any, Any]) -> GatewaySession:
         """The session a request acts on.
@@ -482,15 +484,9 @@ class Gateway:
         return ListChangedServer(
             "residency",
             version=_version(),
-            instructions=(
-                "Tools from several MCP servers behind one gateway. Some tool schemas may be withheld "
-                "to save context: use search_tools to find them and reexpand_tools before calling one. "
-                "When a tool whose earlier arguments you can still see is withheld, the result of that "
-                "call says so (and residency://tombstones lists them); call reexpand_tools first "
-                "instead of rebuilding the call from memory."
-            ),
+            instructions=_instructions(self.config.residency.delivery),
             get_tool_input_schema=self._input_schema,
-            on_list_tools=self._list_tools,
+            on_list_tools=self._listing.list_tools,
             on_call_tool=self._calls.handle,
             on_list_resources=self._resources.list_resources,
             on_list_resource_templates=self._resources.list_templates,
@@ -507,73 +503,11 @@ class Gateway:
             return schema
         return None
 
-    def _tool_model(self, name: str, digest: str, shown: JSONObject) -> types.Tool:
-        """The listed ``Tool`` of a definition, built once per (name, definition hash)."""
-        key = (name, digest)
-        found = self._tool_models.get(key)
-        if found is None:
-            found = types.Tool.model_validate(shown)
-            if len(self._tool_models) > 100_000:
-                self._tool_models.clear()
-            self._tool_models[key] = found
-        return found
-
-    def _shown(self, name: str, definition: JSONObject) -> JSONObject:
-        shown = self._shown_cache.get(name)
-        if shown is None:
-            shown = self._minify(definition)
-            self._shown_cache[name] = shown
-        return shown
-
-    @protocol_errors
-    async def _list_tools(
-        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
-    ) -> types.ListToolsResult:
-        gs = self._request_session(ctx)
-        s = gs.session
-        resident = gs.resident_definitions(self.catalog)
-        tools = [self._tool_model(n, h, d) for n, h, d in resident]
-        listed = meta.listed_meta_tools(chains=gs.has_chains(), offload=self.config.residency.spans.recorded)
-        tools += [_META_TOOL_MODELS[name] for name in listed]
-        shown = sum(s.tool(n).tokens for n, _, _ in resident) + meta_tool_tokens(listed)
-        self.telemetry.listed(gs.key, shown, self.catalog_tokens())
-        if is_modern(ctx):
-            # Per caller and liable to change at any turn: never cached, never shared.
-            return types.ListToolsResult(tools=tools, ttl_ms=0, cache_scope="private")
-        return types.ListToolsResult(tools=tools)
-
     async def _announce(
         self, gs: GatewaySession, before: View, *, current: ServerRequestContext[Any, Any] | None
     ) -> None:
-        after = gs.view(self.catalog)
-        if after == before:
-            return
-        # Tombstones are not in the list: a change of them alone leaves the list (and the
-        # host's cached prompt) alone and is announced on the resource only.
-        list_changed = after[0] != before[0]
-        tombstones_changed = after[1] != before[1]
-        # A handshake-era request answered on a stream of its own (stdio, SSE responses) carries
-        # the caller's notice; one answered with a JSON body cannot (the SDK would drop it), so
-        # the caller's standalone stream gets it like every other connection's.
-        own_stream = current is not None and not is_modern(current) and current.session.can_send_request
-        here = connection_of(current) if current is not None and (own_stream or is_modern(current)) else None
-        if list_changed:
-            self.telemetry.list_changed(gs.key)
-            # 2026-07-28 listeners of this session (a bus with no listener drops it).
-            await gs.bus.publish(ToolsListChanged())
-            if current is not None and own_stream:
-                # On the request's own stream: a client that never opens the standalone stream
-                # (stateful HTTP) still sees it.
-                await current.session.send_notification(
-                    types.ToolListChangedNotification(), related_request_id=current.request_id
-                )
-        for connection in list(gs.connections):
-            if list_changed and connection is not here:
-                await connection.send_tool_list_changed()
-            if tombstones_changed and res.TOMBSTONES in connection.state.get("residency.subscriptions", ()):
-                await connection.send_resource_updated(res.TOMBSTONES)
-        if tombstones_changed:
-            await gs.bus.publish(ResourceUpdated(uri=res.TOMBSTONES))
+        """Tell the session's clients what changed since ``before`` (``_listing``)."""
+        await self._listing.announce(gs, before, current=current)
 
 
 def _fanout_for(store: Store) -> Fanout | None:
@@ -583,6 +517,20 @@ def _fanout_for(store: Store) -> Fanout | None:
     from residency._gateway._fanout import fanout_for
 
     return fanout_for(store)
+
+
+def _instructions(delivery: str) -> str:
+    """The server's instructions: the same for every session of a gateway (one config)."""
+    text = (
+        "Tools from several MCP servers behind one gateway. Some tool schemas may be withheld "
+        "to save context: use search_tools to find them and reexpand_tools before calling one. "
+        "When a tool whose earlier arguments you can still see is withheld, the result of that "
+        "call says so (and residency://tombstones lists them); call reexpand_tools first "
+        "instead of rebuilding the call from memory."
+    )
+    if delivery != "list":
+        text += " " + meta.CALL_HINT
+    return text
 
 
 def _version() -> str:

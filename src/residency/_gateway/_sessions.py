@@ -25,7 +25,11 @@ object in memory is a cache of it, and the table keeps that cache small:
 - **Listen buses follow their session.** A session's 2026-07-28 ``subscriptions/listen``
   streams hang on its bus. A released session whose bus still has listeners parks the bus until
   its last listener leaves, so a reopened session publishes to the same streams; a bus with no
-  listener leaves with its session.
+  listener leaves with its session. The bus also counts the streams that subscribe to tool-list
+  changes (``_delivery``'s auto mode asks whether anyone hears them).
+- **What the host told a session outlives its release.** Whether it reports evictions, sets
+  the phase, and how its tools are delivered (``_delivery.DeliveryState``) are not journaled;
+  a released session's are kept (for the last ``limit`` keys) and given back when it reopens.
 """
 
 from __future__ import annotations
@@ -34,15 +38,18 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from mcp.server.connection import Connection
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ServerEvent
 
+from residency._core._lifecycle import ToolState
 from residency._core._tools import JSONObject
 from residency._errors import SessionLimitReached
 from residency._gateway._aggregate import Catalog
+from residency._gateway._delivery import Delivery, DeliveryState
 from residency._gateway._meta_tools import CHECK_CHAIN
 from residency._runtime import Session
 from residency._store._memory import MemoryStore
@@ -59,8 +66,17 @@ __all__ = [
     "store_id",
 ]
 
-View = tuple[tuple[str, ...], tuple[str, ...]]
-"""What a handshake-era client sees of a session: resident tool names and tombstone lines."""
+
+class View(NamedTuple):
+    """What a client sees of a session: what its list shows, and its tombstone lines.
+
+    ``listed`` holds the listed tools' names and definition hashes (a tool redefined under the
+    same name changes the list too), and ``check_chain`` once it is listed.
+    """
+
+    listed: tuple[tuple[str, str], ...]
+    tombstones: tuple[str, ...]
+
 
 LIVE_LIMIT = 1000
 """Sessions held in memory at most; the least recently used goes back to the store."""
@@ -89,6 +105,8 @@ class _Bus(InMemorySubscriptionBus):
         super().__init__()
         self.key = key
         self.listeners = 0
+        self.tool_listeners = 0
+        """Open listen streams that subscribe to tool-list changes (the listen handler counts them)."""
         self._on_idle = on_idle
 
     def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
@@ -166,7 +184,9 @@ class Connections:
 class GatewaySession:
     """A downstream session: its ``Session``, its connections and its listen streams."""
 
-    def __init__(self, key: str, session: Session, bus: InMemorySubscriptionBus) -> None:
+    def __init__(
+        self, key: str, session: Session, bus: InMemorySubscriptionBus, delivery: Delivery = "list"
+    ) -> None:
         self.key = key
         self.session = session
         self.bus = bus
@@ -174,9 +194,11 @@ class GatewaySession:
         self.connections = Connections(self)
         self.host_applies_evictions = False
         self.host_sets_phase = False
+        self.delivery = DeliveryState.of(delivery)
         self.used = 0.0
         """When a request last opened it (the table's clock)."""
-        self._view: tuple[int, Catalog, View] | None = None
+        # (revision, delivery), catalog, view: the last view made.
+        self._view: tuple[tuple[int, tuple[bool, str | None]], Catalog, View] | None = None
         self._on_closed: Callable[[GatewaySession], None] | None = None
 
     def last_connection_closed(self) -> None:
@@ -185,27 +207,76 @@ class GatewaySession:
             self._on_closed(self)
 
     def view(self, catalog: Catalog) -> View:
-        """What the client sees, made again only when the session's revision or the catalog moved."""
+        """What the client sees, made again only when the session's revision, its delivery or
+        the catalog moved."""
         s = self.session
         known = self._view
-        if known is not None and known[0] == s.revision and known[1] is catalog:
+        mode = (self.delivery.by_reference, self.delivery.fixed)
+        if known is not None and known[0] == (s.revision, mode) and known[1] is catalog:
             return known[2]
-        resident = tuple(n for n in s.resident_tools() if n in catalog)
+        listed = tuple((n, s.tool(n).hash) for n in self.listed_tools(catalog))
         # check_chain is listed once the scope holds a chain: a change of the list too (the other
         # meta-tools are the same all session long).
-        listed = (*resident, CHECK_CHAIN) if self.has_chains() else resident
-        view = listed, tuple(s.tombstones())
-        self._view = (s.revision, catalog, view)
+        if self.has_chains():
+            listed = (*listed, (CHECK_CHAIN, ""))
+        view = View(listed, tuple(s.tombstones()))
+        self._view = ((s.revision, mode), catalog, view)
         return view
+
+    def listed_tools(self, catalog: Catalog) -> list[str]:
+        """The upstream tools the session's list shows, in listing order: by list, its resident
+        tools still offered upstream; by reference, only those that are pinned or in the list
+        an auto session froze (at the definition it was frozen with; see ``_delivery``)."""
+        s = self.session
+        resident = [n for n in s.resident_tools() if n in catalog]
+        if not self.delivery.by_reference:
+            return resident
+        frozen = self._frozen()
+        return [n for n in resident if s.is_pinned(n) or n in frozen]
+
+    def lists(self, name: str) -> bool:
+        """Whether the session's list shows the tool (by name, whatever the catalog)."""
+        s = self.session
+        if not self.delivery.by_reference:
+            return s.state(name) is ToolState.RESIDENT
+        return s.is_pinned(name) or name in self._frozen()
+
+    def _frozen(self) -> frozenset[str]:
+        fixed = self.delivery.fixed
+        if fixed is None:
+            return frozenset()
+        s = self.session
+        record = s.delivery(fixed)
+        return frozenset(
+            n for n, digest in zip(record.tools, record.hashes, strict=True) if s.tool(n).hash == digest
+        )
+
+    def hears_tool_changes(self) -> bool:
+        """Whether a 2026-07-28 listen stream of this session subscribes to tool-list changes."""
+        bus = self.bus
+        return isinstance(bus, _Bus) and bus.tool_listeners > 0
+
+    @contextmanager
+    def tool_listener(self) -> Iterator[None]:
+        """Count an open listen stream that subscribes to tool-list changes while it lasts (on
+        the bus, which follows the session across a release)."""
+        bus = self.bus if isinstance(self.bus, _Bus) else None
+        if bus is not None:
+            bus.tool_listeners += 1
+        try:
+            yield
+        finally:
+            if bus is not None:
+                bus.tool_listeners -= 1
 
     def has_chains(self) -> bool:
         """Whether the session's archive scope holds a chain (``check_chain`` is listed then)."""
         return bool(self.session.chains())
 
     def resident_definitions(self, catalog: Catalog) -> list[tuple[str, str, JSONObject]]:
-        """``(name, hash, shown)`` of the resident tools still offered upstream (shown: minified)."""
+        """``(name, hash, shown)`` of the listed tools (``listed_tools``; shown: minified)."""
         s = self.session
-        specs = (s.tool(n) for n in s.resident_tools() if n in catalog)
+        specs = (s.tool(n) for n in self.listed_tools(catalog))
         return [(spec.name, spec.hash, spec.shown) for spec in specs]
 
 
@@ -219,6 +290,7 @@ class SessionTable:
         memory_limit: with a ``MemoryStore``, session keys journaled at most.
         idle: seconds after which an unused session without an open connection is released.
         clock: monotonic seconds (a test's clock).
+        delivery: how a new session's tools are delivered (``residency.delivery``).
     """
 
     def __init__(
@@ -230,8 +302,10 @@ class SessionTable:
         memory_limit: int = MEMORY_LIMIT,
         idle: float = IDLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        delivery: Delivery = "list",
     ) -> None:
         self._store = store
+        self._delivery: Delivery = delivery
         self._factory = factory
         self._limit = max(1, limit)
         self._memory_limit = memory_limit
@@ -242,8 +316,8 @@ class SessionTable:
         self._alive: weakref.WeakValueDictionary[str, GatewaySession] = weakref.WeakValueDictionary()
         # Buses of released sessions that still have listeners.
         self._parked: dict[str, _Bus] = {}
-        # What a released session's host had told it (not journaled): (evictions, phase).
-        self._hosts: OrderedDict[str, tuple[bool, bool]] = OrderedDict()
+        # What a released session's host had told it (not journaled): (evictions, phase, delivery).
+        self._hosts: OrderedDict[str, tuple[bool, bool, DeliveryState]] = OrderedDict()
         self._memory_keys: set[str] | None = None
         if isinstance(store, MemoryStore):
             self._memory_keys = {s[len(_PREFIX) :] for s in store.sessions() if s.startswith(_PREFIX)}
@@ -300,10 +374,10 @@ class SessionTable:
         if keys is not None:
             keys.add(key)
         bus = self._parked.pop(key, None) or _Bus(key, self._bus_idle)
-        gs = GatewaySession(key, session, bus)
+        gs = GatewaySession(key, session, bus, self._delivery)
         flags = self._hosts.pop(key, None)
         if flags is not None:
-            gs.host_applies_evictions, gs.host_sets_phase = flags
+            gs.host_applies_evictions, gs.host_sets_phase, gs.delivery = flags
         self._alive[key] = gs
         return gs
 
@@ -316,8 +390,8 @@ class SessionTable:
         bus = gs.bus
         if isinstance(bus, _Bus) and bus.listeners:
             self._parked[key] = bus
-        if gs.host_applies_evictions or gs.host_sets_phase:
-            self._hosts[key] = (gs.host_applies_evictions, gs.host_sets_phase)
+        if gs.host_applies_evictions or gs.host_sets_phase or gs.delivery.auto:
+            self._hosts[key] = (gs.host_applies_evictions, gs.host_sets_phase, gs.delivery)
             self._hosts.move_to_end(key)
             while len(self._hosts) > self._limit:
                 self._hosts.popitem(last=False)

@@ -10,6 +10,8 @@ metric                                                type       meaning
 ====================================================  =========  ==============================
 ``residency_calls_forwarded_total{upstream,outcome}``  counter    calls sent upstream; outcome
                                                                  ``ok`` or ``error``
+``residency_calls_via_call_tool_total``                counter    forwarded calls the model made
+                                                                 through ``call_tool``
 ``residency_calls_refused_total{reason}``              counter    calls refused by the gateway
                                                                  (``_meta["residency/error"]``
                                                                  reason), never forwarded
@@ -48,7 +50,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from residency._gateway._config import Secrets
-from residency._gateway._meta_tools import META_TOOLS, meta_tool_definitions
+from residency._gateway._meta_tools import LIST_META_TOOLS, meta_tool_definitions
 from residency._tokens import count_tokens
 
 __all__ = ["CALL_BUCKETS", "Telemetry", "count_tokens_aside", "meta_tool_tokens"]
@@ -64,9 +66,10 @@ call timeout)."""
 
 
 @functools.cache
-def meta_tool_tokens(names: tuple[str, ...] = META_TOOLS) -> int:
-    """Tokens of the meta-tools ``names`` as listed (every one when omitted), counted tool by
-    tool like ``ToolSpec.tokens``, once per process and set of names."""
+def meta_tool_tokens(names: tuple[str, ...] = LIST_META_TOOLS) -> int:
+    """Tokens of the meta-tools ``names`` as listed (``meta_tool_definitions``' variant for them;
+    when omitted, every one a session delivered by list may be shown), counted tool by tool like
+    ``ToolSpec.tokens``, once per process and set of names."""
     return sum(count_tokens(d) for d in meta_tool_definitions(names))
 
 
@@ -92,6 +95,11 @@ class Telemetry:
             "residency_calls_refused",
             "Tool calls the gateway refused without forwarding them, by reason.",
             ["reason"],
+            registry=r,
+        )
+        self._via_call_tool = Counter(
+            "residency_calls_via_call_tool",
+            "Forwarded tool calls the model made through call_tool rather than by the tool's name.",
             registry=r,
         )
         reexpansions = Counter(
@@ -135,8 +143,13 @@ class Telemetry:
 
     # -- events ------------------------------------------------------------------------------
 
-    def forwarded(self, session: str, tool: str, upstream: str, seconds: float, *, ok: bool) -> None:
-        """A call was forwarded and answered (``ok``) or failed (an error result or no answer)."""
+    def forwarded(
+        self, session: str, tool: str, upstream: str, seconds: float, *, ok: bool, via: str = ""
+    ) -> None:
+        """A call was forwarded and answered (``ok``) or failed (an error result or no answer);
+        ``via``: the proxy tool it came through (``call_tool``), if any."""
+        if via:
+            self._via_call_tool.inc()
         key = (upstream, ok)
         counter = self._forwarded_children.get(key)
         if counter is None:
@@ -153,7 +166,7 @@ class Telemetry:
                 "%s",
                 self._redact(
                     f"call forwarded session={session} tool={tool} upstream={upstream} "
-                    f"{seconds * 1000:.1f}ms {outcome}"
+                    f"{seconds * 1000:.1f}ms {outcome}" + (f" via={via}" if via else "")
                 ),
             )
 

@@ -9,7 +9,8 @@ adds up to. Everything here is the shell around it:
   writers, checkpoints, and the concurrent-use guard;
 - ``_session``: ``Session``, the public class, with an explicit constructor; it holds the parts
   below and delegates to them;
-- ``_tools`` (registration, calls, the tool lifecycle), ``_plans`` (turn plans, with
+- ``_tools`` (registration, calls, the tool lifecycle), ``_deliveries`` (schemas shown in
+  results, for hosts that deliver tools by reference), ``_plans`` (turn plans, with
   ``_plan_index``, the cache of the tools a decision must read), ``_spans``
   (the window and the content store), ``_chains`` (archived chains, the live guard, revocation):
   each reads the state, computes journal entries, and has the journal commit them;

@@ -87,6 +87,7 @@ class _Steady(NamedTuple):
     revision: int
     budget: Budget
     phase: str | None
+    by_reference: bool
     warm_until: int | None
     tools: tuple[JSONObject, ...]
     tombstones: tuple[str, ...]
@@ -132,7 +133,7 @@ class PlanPart:
         # The full ``residency_order``'s cache: the event log it read, how far, and the order.
         self._order_cache: tuple[list[Event], int, dict[str, None]] | None = None
 
-    def plan_turn(self, budget: Budget, phase: str | None) -> TurnPlan:
+    def plan_turn(self, budget: Budget, phase: str | None, *, by_reference: bool = False) -> TurnPlan:
         """Open the next turn and plan what the model is shown.
 
         Arguments leave first (oldest first, to the argument budget); tombstoned tools whose
@@ -145,15 +146,25 @@ class PlanPart:
         adopted first, so the plan leaves out what they retired. No checkpoint is written
         inside a plan (see ``checkpoint``).
 
+        ``by_reference``: the host delivers tools by reference (a fixed list of the pinned
+        tools; other schemas reach the model in results it records with ``record_delivery``).
+        A resident tool that is neither pinned nor carried by a delivered result still in the
+        transcript leaves (tombstoned if its arguments are visible, else evicted); a carried
+        one stays whatever the schema budget, and a phase brings no tool back
+        (``residency._core._planner``). The argument budget applies as always.
+
         Raises:
-            InvalidInput: ``budget`` is not a ``Budget`` or ``phase`` is unknown.
+            InvalidInput: ``budget`` is not a ``Budget``, ``phase`` is unknown or
+                ``by_reference`` is not a bool.
         """
         self._validate(budget, phase)
-        shortcut = self._steady_plan(budget, phase)
+        if not isinstance(by_reference, bool):
+            raise InvalidInput("by_reference must be True or False", where="by_reference")
+        shortcut = self._steady_plan(budget, phase, by_reference)
         if shortcut is not None:
             return shortcut
-        decision = self._decide(budget, phase)
-        return self._commit(decision, budget, phase)
+        decision = self._decide(budget, phase, by_reference)
+        return self._commit(decision, budget, phase, by_reference)
 
     # -- 1. validate -------------------------------------------------------------------------
 
@@ -165,7 +176,7 @@ class PlanPart:
 
     # -- 2. decide ---------------------------------------------------------------------------
 
-    def _steady_plan(self, budget: Budget, phase: str | None) -> TurnPlan | None:
+    def _steady_plan(self, budget: Budget, phase: str | None, by_reference: bool) -> TurnPlan | None:
         """The plan of a turn after a steady one, or None if something may have changed."""
         steady, state = self._steady, self._journal.state
         if (
@@ -173,6 +184,7 @@ class PlanPart:
             or steady.revision != self._journal.revision
             or steady.budget != budget
             or steady.phase != phase
+            or steady.by_reference is not by_reference
             or state.argument_total > budget.argument_ceiling
             or (steady.warm_until is not None and state.turn + 1 > steady.warm_until)
         ):
@@ -191,7 +203,7 @@ class PlanPart:
             steady=True,
         )
 
-    def _decide(self, budget: Budget, phase: str | None) -> PlanDecision:
+    def _decide(self, budget: Budget, phase: str | None, by_reference: bool = False) -> PlanDecision:
         state = self._journal.state
         in_phase = self.phases.get(phase, frozenset()) if phase else frozenset()
         # One standing per tool read, built column by column (fields in ToolStanding's order:
@@ -221,7 +233,7 @@ class PlanPart:
                 ),
             )
         )
-        stable = budget.planner == "stable"
+        stable = budget.planner == "stable" and not by_reference
         return decide(
             budget,
             standings,
@@ -230,6 +242,8 @@ class PlanPart:
             state.turn + 1,
             entered=stable and phase is not None and phase != state.phase,
             fresh=self._asked_this_turn() if stable else (),
+            by_reference=by_reference,
+            carried=state.carried_by_tool.keys() if by_reference else (),
         )
 
     def _items(self, decision: PlanDecision, budget: Budget, phase: str | None) -> list[Item]:
@@ -283,7 +297,9 @@ class PlanPart:
 
     # -- 3. commit ---------------------------------------------------------------------------
 
-    def _commit(self, decision: PlanDecision, budget: Budget, phase: str | None) -> TurnPlan:
+    def _commit(
+        self, decision: PlanDecision, budget: Budget, phase: str | None, by_reference: bool = False
+    ) -> TurnPlan:
         state = self._journal.state
         items = self._items(decision, budget, phase)
         first_event = len(state.events)
@@ -315,6 +331,7 @@ class PlanPart:
                 self._journal.revision,
                 budget,
                 phase,
+                by_reference,
                 decision.warm_until,
                 shown,
                 plan.tombstones,

@@ -1,8 +1,9 @@
 """``Session``: the embeddable runtime that binds the pure state, a store and a clock.
 
 A ``Session`` holds a ``Journal`` (the state, the store, checkpoints, the concurrent-use guard)
-and four parts that each own one concern: tools and calls (``ToolPart``), turn plans
-(``PlanPart``), spans (``SpanPart``) and archived chains (``ChainPart``). Its public methods
+and five parts that each own one concern: tools and calls (``ToolPart``), schemas delivered in
+results (``DeliveryPart``), turn plans (``PlanPart``), spans (``SpanPart``) and archived chains
+(``ChainPart``). Its public methods
 delegate to them; nothing is inherited. Where parts meet, the session says so: registering
 tools and planning a turn first adopt the archive scope's chains, and the chain guard is one of
 the tool part's call guards.
@@ -23,9 +24,10 @@ from residency._core._lifecycle import SpanState, ToolState
 from residency._core._minify import minify_tool
 from residency._core._planner import Budget
 from residency._core._spans import SpanRecord, WindowItem
-from residency._core._tools import CallRecord, JSONObject, ToolSpec
+from residency._core._tools import CallRecord, DeliveryRecord, JSONObject, ToolSpec
 from residency._errors import ConfigError, InvalidInput, NotFound, StoreError
 from residency._runtime._chains import ChainPart, ChainPolicy
+from residency._runtime._deliveries import DeliveryPart
 from residency._runtime._guard import CHANGES, READS, exclusive, same_doc
 from residency._runtime._inputs import callable_param, name_set, phase_map
 from residency._runtime._journal import DEFAULT_CHECKPOINT_EVERY, Journal, new_session_id
@@ -165,6 +167,7 @@ class Session:
             SpecSource(shown_as),
         )
         self._tools = ToolPart(self._journal, pinned=pinned_names, reexpand_tool=reexpand_tool)
+        self._deliveries = DeliveryPart(self._journal, self._tools)
         self._plans = PlanPart(self._journal, self._tools, phase_tools, steady_plans=self._STEADY_PLANS)
         self._spans = SpanPart(self._journal)
         self._chains = ChainPart(
@@ -190,9 +193,10 @@ class Session:
     def revision(self) -> int:
         """A number that changes whenever what the session shows may have changed.
 
-        Tool registrations and states, tombstones and spans: any journaled change but three,
+        Tool registrations and states, tombstones and spans: any journaled change but four,
         which leave it alone: recording a call (only a resident tool can be called), opening a
-        turn that changes nothing, and refusing a call. A host can keep its rendered tool list
+        turn that changes nothing, refusing a call, and recording a delivery (the tools it
+        makes resident are state changes of their own). A host can keep its rendered tool list
         while the revision stays the same. It counts from 0 each time the session is opened.
         """
         return self._journal.revision
@@ -303,6 +307,7 @@ class Session:
             "events": [(e.turn, e.kind.value, e.subject, e.detail) for e in state.events],
         }
         self._tools.snapshot_parts(parts)
+        self._deliveries.snapshot_parts(parts)
         self._spans.snapshot_parts(parts)
         self._chains.snapshot_parts(parts)
         return parts
@@ -360,14 +365,22 @@ class Session:
         self._tools.authorize(name, arguments)
 
     @same_doc(ToolPart.record_call)
-    def record_call(self, name: str, arguments: Mapping[str, Any]) -> CallRecord:
-        return self._tools.record_call(name, arguments)
+    def record_call(self, name: str, arguments: Mapping[str, Any], *, via: str = "") -> CallRecord:
+        return self._tools.record_call(name, arguments, via=via)
 
     @same_doc(ToolPart.admit_call)
     def admit_call(
-        self, name: str, arguments: Mapping[str, Any], *, reexpand_evicted: bool = False
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        reexpand_evicted: bool = False,
+        show_schema: bool = False,
+        via: str = "",
     ) -> CallRecord:
-        return self._tools.admit_call(name, arguments, reexpand_evicted=reexpand_evicted)
+        return self._tools.admit_call(
+            name, arguments, reexpand_evicted=reexpand_evicted, show_schema=show_schema, via=via
+        )
 
     @same_doc(ToolPart.evict_arguments)
     def evict_arguments(self, *call_ids: str) -> None:
@@ -410,12 +423,34 @@ class Session:
         """Operator action: bring an archived tool back to the index (evicted or tombstoned)."""
         return self._tools.transition(name, "readmit", "re-admitted by operator")
 
+    # -- schemas delivered in results ---------------------------------------------------------
+
+    @same_doc(DeliveryPart.record_delivery)
+    def record_delivery(self, names: Iterable[str]) -> DeliveryRecord:
+        return self._deliveries.record_delivery(names)
+
+    @same_doc(DeliveryPart.drop_deliveries)
+    def drop_deliveries(self, *delivery_ids: str) -> None:
+        self._deliveries.drop_deliveries(*delivery_ids)
+
+    @same_doc(DeliveryPart.delivery)
+    def delivery(self, delivery_id: str) -> DeliveryRecord:
+        return self._deliveries.delivery(delivery_id)
+
+    @same_doc(DeliveryPart.deliveries)
+    def deliveries(self) -> list[DeliveryRecord]:
+        return self._deliveries.deliveries()
+
+    @same_doc(DeliveryPart.carried)
+    def carried(self, name: str) -> bool:
+        return self._deliveries.carried(name)
+
     # -- turn plans --------------------------------------------------------------------------
 
     @same_doc(PlanPart.plan_turn)
-    def plan_turn(self, budget: Budget, *, phase: str | None = None) -> TurnPlan:
+    def plan_turn(self, budget: Budget, *, phase: str | None = None, by_reference: bool = False) -> TurnPlan:
         self._chains.adopt_scope()
-        return self._plans.plan_turn(budget, phase)
+        return self._plans.plan_turn(budget, phase, by_reference=by_reference)
 
     @same_doc(PlanPart.resident_tools)
     def resident_tools(self) -> list[str]:

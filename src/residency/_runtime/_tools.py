@@ -6,7 +6,8 @@ change of tool state goes through the shared lifecycle machine with the tool's
 ``arguments_resident`` fact, which refuses the ghost state. ``authorize_call`` and
 ``record_call`` share one check of the tool (``_callable``) and of the arguments' shape
 (``_shape``); authorizing also validates the arguments against the full schema and runs the
-call guards (the chain guard).
+call guards (the chain guard). A call the model made through a proxy tool (the gateway's
+``call_tool``) is recorded with ``via`` naming it; it is otherwise the same call.
 
 Every command reads the pure state (``journal.state``), computes its journal entries, and has
 the journal commit them; the reducers live in ``residency._core._state``.
@@ -254,8 +255,12 @@ class ToolPart:
             )
         return shape
 
-    def check_call(self, name: str, arguments: Mapping[str, Any], *, implicit: bool = False) -> None:
-        """The checks of ``authorize_call``; ``implicit``: an evicted tool about to be re-expanded."""
+    def check_call(
+        self, name: str, arguments: Mapping[str, Any], *, implicit: bool = False, show_schema: bool = False
+    ) -> None:
+        """The checks of ``authorize_call``; ``implicit``: an evicted tool about to be re-expanded;
+        ``show_schema``: an invalid-arguments refusal carries the full input schema (as it does
+        for ``implicit``)."""
         spec = self._callable(name, implicit=implicit)
 
         def refuse(message: str) -> ArgumentsInvalid:
@@ -269,7 +274,7 @@ class ToolPart:
         error = cached[1].first_error(arguments if plain else dict(arguments), plain=plain)
         if error is not None:
             path = _error_path(error)
-            if implicit:
+            if implicit or show_schema:
                 # The model never saw this schema in the list: give it now, so one retry can fix the call.
                 schema = json.dumps(spec.input_schema, separators=(",", ":"), ensure_ascii=False)
                 hint = f"Its full input schema: {schema}"
@@ -283,7 +288,15 @@ class ToolPart:
         for guard in self.guards:
             guard(name, dict(arguments))
 
-    def authorize(self, name: str, arguments: Mapping[str, Any], *, implicit: bool = False) -> None:
+    def authorize(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        implicit: bool = False,
+        show_schema: bool = False,
+        via: str = "",
+    ) -> None:
         """Check that a call may be forwarded; raise if not. A refusal is logged as an event.
 
         Raises:
@@ -294,13 +307,20 @@ class ToolPart:
             ChainCollision: the call would complete an archived fatal chain prefix.
         """
         try:
-            self.check_call(name, arguments, implicit=implicit)
+            self.check_call(name, arguments, implicit=implicit, show_schema=show_schema)
         except CallRefused as refusal:
-            self._journal.commit(("refuse", {"tool": refusal.tool, "reason": str(refusal)}))
+            data = {"tool": refusal.tool, "reason": str(refusal)}
+            if via:
+                data["via"] = via
+            self._journal.commit(("refuse", data))
             raise
 
-    def record_call(self, name: str, arguments: Mapping[str, Any]) -> CallRecord:
+    def record_call(self, name: str, arguments: Mapping[str, Any], *, via: str = "") -> CallRecord:
         """Record a call the host made; its arguments are now resident.
+
+        ``via``: what the call came through when the model did not call the tool by its own
+        name (a proxy tool, such as the gateway's ``call_tool``); journaled with the call and
+        kept on its record. Empty for a direct call.
 
         Returns:
             The call record (``.id`` names it in ``evict_arguments``).
@@ -309,17 +329,26 @@ class ToolPart:
             NotFound: unknown tool.
             ToolNotResident, ToolArchived: the tool's schema is withheld: recording the call
                 would put arguments beside a missing schema.
-            InvalidInput: arguments that are not a JSON object.
+            InvalidInput: arguments that are not a JSON object, or a ``via`` that is not a string.
         """
+        _check_via(via)
         self._callable(name)
 
         def refuse(message: str) -> InvalidInput:
             return InvalidInput(f"call {message}", where="arguments")
 
         self._shape(arguments, refuse, limits=False)
-        return self.record(name, arguments)
+        return self.record(name, arguments, via)
 
-    def admit_call(self, name: str, arguments: Mapping[str, Any], *, reexpand_evicted: bool) -> CallRecord:
+    def admit_call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        reexpand_evicted: bool,
+        show_schema: bool = False,
+        via: str = "",
+    ) -> CallRecord:
         """``authorize_call`` then ``record_call``, checking the arguments once.
 
         What a gateway does with a call it is about to forward.
@@ -332,6 +361,9 @@ class ToolPart:
                 evicted tool has no arguments in the transcript, so such a call cannot be a ghost
                 call; a tombstoned tool stays refused until it is re-expanded explicitly. When
                 the arguments do not validate, the refusal carries the full input schema.
+            show_schema: an invalid-arguments refusal carries the full input schema whatever
+                the tool's state (for a host whose tool list does not show the tool).
+            via: as for ``record_call``; also journaled with a refusal.
 
         Returns:
             The call record.
@@ -339,15 +371,16 @@ class ToolPart:
         Raises:
             NotFound, ToolNotResident, ToolArchived, ArgumentsInvalid, ChainCollision: as
                 ``authorize_call`` (the refusal is logged; nothing is recorded).
-            InvalidInput: arguments that are not JSON.
+            InvalidInput: arguments that are not JSON, or a ``via`` that is not a string.
         """
+        _check_via(via)
         implicit = reexpand_evicted and self._journal.state.states.get(name) is ToolState.EVICTED
-        self.authorize(name, arguments, implicit=implicit)
+        self.authorize(name, arguments, implicit=implicit, show_schema=show_schema, via=via)
         if implicit:
             self.transition(name, "reexpand", IMPLICIT_REEXPANSION)
-        return self.record(name, arguments)
+        return self.record(name, arguments, via)
 
-    def record(self, name: str, arguments: Mapping[str, Any]) -> CallRecord:
+    def record(self, name: str, arguments: Mapping[str, Any], via: str = "") -> CallRecord:
         """Journal a call already checked."""
         try:
             text = json.dumps(arguments, separators=(",", ":"), ensure_ascii=False)
@@ -361,6 +394,8 @@ class ToolPart:
         state = self._journal.state
         call_id = state.next_call_id()
         data = {"id": call_id, "tool": name, "arguments": json.loads(text), "tokens": count_tokens(text)}
+        if via:
+            data["via"] = via  # absent for a direct call: its entry is what it always was
         self._journal.commit(("call", data))
         return state.calls[call_id]
 
@@ -423,10 +458,18 @@ class ToolPart:
                 "turn": c.turn,
                 "resident": c.id in state.resident,
                 "arguments": c.arguments,
+                "via": c.via,
             }
             for c in state.calls.values()
         }
         parts["tombstones"] = self.tombstones()
+
+
+def _check_via(via: object) -> None:
+    if not isinstance(via, str) or len(via) > 128:
+        raise InvalidInput(
+            "via must be a string of at most 128 characters (empty: a direct call)", where="via"
+        )
 
 
 def _error_path(error: ValidationError) -> str:
