@@ -1,24 +1,31 @@
 """What one call may cost: argument limits, patterns that cannot backtrack, bounded token counts.
 
 Costs are asserted as bounds, never as timings: a check that would take minutes runs in a
-subprocess with a generous timeout, and token counting is measured by what it hands the tokenizer.
+worker process with a generous timeout (one worker for the module, killed and started again if a
+check overruns), and token counting is measured by what it hands the tokenizer.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import queue
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
 from residency import ArgumentsInvalid, InvalidInput, Session
 from residency import _tokens as tokens
 from residency._core._validation import MAX_ARGUMENT_BYTES, MAX_ARGUMENT_VALUES, PATTERN_BACKTRACK_LIMIT
-from tests._timing import TEST
+from tests._timing import CLEANUP, TEST
 from tests.conftest import load_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,34 +38,101 @@ def _session(schema: dict[str, Any]) -> Session:
     return s
 
 
-def _refusal_in_a_subprocess(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
-    """``admit_call`` in a fresh interpreter, killed after ``WAIT`` s: the refusal as JSON."""
-    code = textwrap.dedent(
-        """
-        import json, sys
-        from residency import ArgumentsInvalid, Session
-        schema, arguments = json.loads(sys.stdin.read())
+WORKER = textwrap.dedent(
+    """
+    import json, sys
+    from residency import ArgumentsInvalid, Session
+    for line in sys.stdin:
+        schema, arguments = json.loads(line)
         s = Session()
         s.register_tools([{"name": "t", "inputSchema": schema}])
         try:
             s.admit_call("t", arguments)
         except ArgumentsInvalid as exc:
-            print(json.dumps({"refused": True, "path": exc.path, "message": str(exc)}))
+            answer = {"refused": True, "path": exc.path, "message": str(exc)}
         else:
-            print(json.dumps({"refused": False}))
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        input=json.dumps([schema, arguments]),
-        capture_output=True,
-        text=True,
-        timeout=WAIT,
-        cwd=ROOT,
-        check=True,
-    )
-    answer: dict[str, Any] = json.loads(done.stdout)
-    return answer
+            answer = {"refused": False}
+        print(json.dumps(answer), flush=True)
+    """
+)
+
+
+class Worker:
+    """``admit_call`` in an interpreter of its own, one request at a time: a check that overruns
+    ``WAIT`` s fails its test and its worker is killed, so it cannot hold up the tests after it
+    (the next request starts a fresh worker)."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._reader: threading.Thread | None = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-c", WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+
+        def read(stdout: IO[str]) -> None:
+            for line in stdout:
+                lines.put(line)
+            lines.put("")  # EOF: the worker exited
+
+        assert process.stdout is not None
+        self._reader = threading.Thread(target=read, args=(process.stdout,), daemon=True)
+        self._reader.start()
+        self._process, self._lines = process, lines
+        return process
+
+    def refusal(self, schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+        """The refusal of ``arguments`` against ``schema`` as JSON; fails after ``WAIT`` s."""
+        process = self._process if self._process is not None else self._start()
+        assert process.stdin is not None
+        try:
+            process.stdin.write(json.dumps([schema, arguments]) + "\n")
+            process.stdin.flush()
+            line = self._lines.get(timeout=WAIT)
+        except queue.Empty:
+            self.stop()
+            pytest.fail(f"admit_call gave no answer within {WAIT:.0f} s")
+        except BrokenPipeError:
+            line = ""
+        if not line:
+            code = process.poll()
+            self.stop()
+            pytest.fail(f"the worker exited ({code})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def stop(self) -> None:
+        """Kill the worker's process group and reap it; every wait bounded by ``CLEANUP``."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(CLEANUP)
+        if self._reader is not None:
+            self._reader.join(CLEANUP)
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                with suppress(OSError):
+                    stream.close()
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[Worker]:
+    shared = Worker()
+    try:
+        yield shared
+    finally:
+        shared.stop()
 
 
 # -- patterns -----------------------------------------------------------------------------------
@@ -78,9 +152,11 @@ HOSTILE = "a" * 40 + "!"  # 2**40 ways for ^(a|a)*$ to fail: hours of Python `re
     ],
     ids=["pattern", "patternProperties", "propertyNames", "back-reference"],
 )  # fmt: skip
-def test_a_catastrophic_pattern_refuses_the_call_at_once(schema: dict[str, Any], path: str) -> None:
+def test_a_catastrophic_pattern_refuses_the_call_at_once(
+    worker: Worker, schema: dict[str, Any], path: str
+) -> None:
     arguments = {"p": HOSTILE} if "properties" in schema else {HOSTILE: 1}
-    answer = _refusal_in_a_subprocess(schema, arguments)
+    answer = worker.refusal(schema, arguments)
     assert answer["refused"] is True
     assert answer["path"] == path
 
@@ -150,11 +226,11 @@ def test_recording_a_call_over_the_size_limit_is_refused() -> None:
 
 
 @pytest.mark.slow
-def test_unique_items_of_objects_is_checked_in_linear_time() -> None:
+def test_unique_items_of_objects_is_checked_in_linear_time(worker: Worker) -> None:
     # The reference compares unsortable items pairwise: ~10,000 objects took minutes.
     schema = {"type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}}
     items: list[Any] = [{"k": i} for i in range(MAX_ARGUMENT_VALUES // 2 - 2)]
-    answer = _refusal_in_a_subprocess(schema, {"x": [*items, {"k": 0}]})
+    answer = worker.refusal(schema, {"x": [*items, {"k": 0}]})
     assert answer["refused"] is True
     assert answer["path"] == "$.x"
 

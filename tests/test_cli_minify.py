@@ -147,6 +147,7 @@ def test_an_unknown_level_is_a_usage_error(tmp_path: Path) -> None:
     assert info.value.code == 2
 
 
+@pytest.mark.slow
 def test_the_command_runs_as_a_real_process(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "residency", "minify", "-", "--level", "full-text"],

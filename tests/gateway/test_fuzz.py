@@ -766,6 +766,7 @@ def test_only_valid_arguments_reach_the_desk(
     http_gateway.assert_alive_and_clean()
 
 
+@pytest.mark.slow
 def test_the_careless_upstream_really_leaks_without_the_gateway() -> None:
     """The fuzz's secret checks can fail: the upstream does print and return its credential."""
     env = {**os.environ, secret_upstream.ENV: ENV_SECRET}

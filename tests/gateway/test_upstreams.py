@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
+from mcp.server.lowlevel import Server
 
-from residency._gateway import IncidentDesk
-from tests._timing import START, STEP
+from residency._gateway import IncidentDesk, desk_tools
+from tests._timing import NOTICE, START, STEP
 from tests.gateway import flaky_upstream
 from tests.gateway.conftest import agent, reason, running, text
 
@@ -53,15 +55,22 @@ async def test_a_hanging_upstream_call_times_out_and_the_gateway_keeps_serving(e
 
 @pytest.mark.slow
 async def test_upstream_secrets_never_reach_results_resources_or_logs(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     caplog.set_level("DEBUG")
+    # ``broken``'s env makes SECRET a configured upstream secret; ``leak`` quotes it from the
+    # environment it runs in (this process's: the upstream is in-process, the subject is what the
+    # gateway lets out, not how the value reached the upstream).
+    monkeypatch.setenv("FLAKY_SECRET", SECRET)
     broken = {
         "command": sys.executable,
         "args": ["-c", "import sys; sys.exit(7)"],
         "env": {"API_TOKEN": SECRET},
     }
-    async with running(servers={"flaky": FLAKY, "broken": broken}) as gw, agent(gw, "legacy") as a:
+    async with (
+        running(upstreams={"flaky": flaky_upstream.build()}, servers={"broken": broken}) as gw,
+        agent(gw, "legacy") as a,
+    ):
         leaked = await a.use("leak", {})
         assert leaked.is_error
         assert SECRET not in leaked.model_dump_json()
@@ -76,20 +85,26 @@ async def test_upstream_secrets_never_reach_results_resources_or_logs(
     assert "broken" in caplog.text
 
 
-SLOW_DESK = {
-    "command": sys.executable,
-    "args": ["-c", "import time; time.sleep(4); from residency._gateway._demo import main; main()"],
-}
-HUNG = {"command": sys.executable, "args": ["-c", f"import time; time.sleep({8 * START})"]}
+def listing_when(gate: anyio.Event, tools: list[dict[str, Any]]) -> Server[Any]:
+    """An upstream whose start (its first ``tools/list``) completes only once ``gate`` is set."""
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        await gate.wait()
+        return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in tools])
+
+    return Server("gated", on_list_tools=list_tools)
 
 
-@pytest.mark.slow
 async def test_a_hung_upstream_holds_up_neither_the_list_nor_the_others_and_says_it_is_down(
     era: str,
 ) -> None:
+    hung = listing_when(anyio.Event(), [])  # never set: its start never completes
     settings = {"ready_wait": 0.5, "startup_timeout": 4 * START}
     with anyio.fail_after(START):  # far below the hung upstream's startup timeout
-        async with running(settings, desk=IncidentDesk(), servers={"hung": HUNG}) as gw, agent(gw, era) as a:
+        async with (
+            running(settings, desk=IncidentDesk(), upstreams={"hung": hung}) as gw,
+            agent(gw, era) as a,
+        ):
             assert "get_incident" in await a.names()
             assert gw.upstreams["hung"].status == "starting"
             assert not (await a.call("get_incident", {"incident_id": "INC-1"})).is_error
@@ -100,13 +115,19 @@ async def test_a_hung_upstream_holds_up_neither_the_list_nor_the_others_and_says
             assert (down.meta or {})["residency/error"]["server"] == "hung"
 
 
-@pytest.mark.slow
 async def test_an_upstream_that_starts_late_joins_and_its_tools_are_announced() -> None:
+    ready = anyio.Event()
     settings = {"ready_wait": 0.5, "startup_timeout": 2 * START}
     with anyio.fail_after(2 * START):
-        async with running(settings, servers={"late": SLOW_DESK}) as gw, agent(gw, "legacy") as a:
+        async with (
+            running(settings, upstreams={"late": listing_when(ready, desk_tools())}) as gw,
+            agent(gw, "legacy") as a,
+        ):
             assert "get_incident" not in await a.names()
-            await a.list_changed.wait()
+            assert gw.upstreams["late"].status == "starting"
+            ready.set()  # its start completes after the gateway began serving without it
+            with anyio.fail_after(NOTICE):
+                await a.list_changed.wait()
             assert "get_incident" in await a.names()
             assert gw.upstreams["late"].status == "connected"
 
