@@ -3,6 +3,9 @@
 Every process starts in its own process group and is killed with that group at the end, under a
 shielded, bounded cleanup; every wait is bounded. The gateway under test is always the real
 ``residency serve`` command, started from the interpreter running the tests.
+
+``http_serve`` is one gateway for one test (async); ``serve_shared`` is one for a whole module
+(sync, for a module-scoped fixture: ``conftest.py``), whose tests keep apart by session.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import anyio.abc
+import pytest
 
 from tests._timing import CLEANUP, START, TEST
 
@@ -51,15 +56,24 @@ async def _close(process: anyio.abc.Process, grace: float = CLEANUP) -> None:
             await process.aclose()
 
 
+def _argv(args: Sequence[str]) -> list[str]:
+    return [*SERVE, "--transport", "http", "--host", "127.0.0.1", "--port", "0", *args]
+
+
 @dataclass
 class Served:
-    """A running ``residency serve --transport http``: its URL and what it printed on stderr."""
+    """A running ``residency serve --transport http``: its URL and what it printed on stderr.
+
+    ``since``: where in ``stderr`` this view's log starts (a shared gateway's test reads only
+    what was printed while it ran).
+    """
 
     url: str
     stderr: bytearray
+    since: int = 0
 
     def log(self) -> str:
-        return self.stderr.decode(errors="replace")
+        return self.stderr[self.since :].decode(errors="replace")
 
 
 @asynccontextmanager
@@ -75,7 +89,7 @@ async def http_serve(
         RuntimeError: the gateway exited, or printed no URL within ``startup`` seconds.
     """
     process = await anyio.open_process(
-        [*SERVE, "--transport", "http", "--host", "127.0.0.1", "--port", "0", *args],
+        _argv(args),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -109,6 +123,102 @@ async def http_serve(
             tg.cancel_scope.cancel()
     finally:
         await _close(process)
+
+
+@dataclass
+class Shared:
+    """A ``residency serve --transport http`` that the tests of one module share (``serve_shared``)."""
+
+    process: subprocess.Popen[bytes]
+    served: Served
+
+    def for_a_test(self) -> Served:
+        """The gateway as one test sees it: its log from now on.
+
+        Raises:
+            RuntimeError: the gateway has exited (an earlier test's traffic ended it).
+        """
+        if self.process.poll() is not None:
+            raise RuntimeError(
+                f"the shared residency serve exited ({self.process.returncode}):\n{self.served.log()}"
+            )
+        # A copy of the log's length under the GIL: the reader thread only ever appends.
+        return Served(self.served.url, self.served.stderr, since=len(self.served.stderr))
+
+
+@contextmanager
+def serve_shared(*args: str, startup: float = STARTUP) -> Iterator[Shared]:
+    """``http_serve`` without an event loop: for a module-scoped fixture.
+
+    A thread drains stderr for the gateway's whole life. At the end the gateway is asked to stop
+    (so it stops its upstreams itself), then its process group is killed and the process reaped;
+    every wait is bounded, and this runs however the module's tests ended.
+
+    Raises:
+        RuntimeError: the gateway exited, or printed no URL within ``startup`` seconds.
+    """
+    process = subprocess.Popen(
+        _argv(args),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        bufsize=0,  # unbuffered: a read returns what the pipe holds, not 64 KiB or EOF
+        cwd=str(ROOT),
+        start_new_session=True,
+    )
+    err = bytearray()
+    found = threading.Event()
+
+    def drain() -> None:
+        assert process.stderr is not None
+        while chunk := process.stderr.read(65536):
+            err.extend(chunk)
+            if not found.is_set() and _SERVING.search(err):
+                found.set()
+        found.set()  # EOF: the gateway exited; the waiter below sees no URL
+
+    reader = threading.Thread(target=drain, name=f"residency serve {process.pid} stderr", daemon=True)
+    reader.start()
+    try:
+        found.wait(startup)
+        match = _SERVING.search(err)
+        if match is None:
+            raise RuntimeError(
+                f"residency serve printed no URL within {startup:.0f}s "
+                f"(exit {process.poll()}):\n{err.decode(errors='replace')}"
+            )
+        yield Shared(process, Served(match.group(1).decode(), err))
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            with suppress(subprocess.TimeoutExpired):
+                process.wait(CLEANUP)
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with suppress(subprocess.TimeoutExpired):
+            process.wait(CLEANUP)
+        reader.join(CLEANUP)
+        assert process.stderr is not None
+        process.stderr.close()
+
+
+@dataclass(frozen=True)
+class HttpSession:
+    """A session of one test's own on the module's shared HTTP gateway: in the handshake era the
+    connection's own, in the 2026-07-28 era (no protocol session) the one ``key`` names."""
+
+    url: str
+    key: str
+
+
+def http_session(transport: str, request: pytest.FixtureRequest) -> HttpSession | None:
+    """For a test run over ``transport``: over ``"http"`` a session of its own on the module's
+    shared gateway (``conftest.py``; started when first asked for), over stdio None (the client
+    starts its gateway itself)."""
+    if transport == "stdio":
+        return None
+    served: Served = request.getfixturevalue("gateway")
+    return HttpSession(served.url, request.getfixturevalue("session_key"))
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 The Inspector CLI (``@modelcontextprotocol/inspector``, ``--protocol-era legacy|auto|modern``)
 is one process per request, so each step is a new MCP connection. They share one gateway
 session the way a user of the CLI would: over streamable HTTP one ``residency serve`` process
-and a ``Residency-Session`` header on every invocation; over stdio every invocation starts its
-own gateway, which resumes the session by ``--session`` from a shared SQLite store.
+(the module's shared one, ``conftest.py``) and a ``Residency-Session`` header on every
+invocation; over stdio every invocation starts its own gateway, which resumes the session by
+``--session`` from a shared SQLite store.
 
 The Inspector calls only tools that ``tools/list`` returned (otherwise it exits 5 with
 ``tool_not_found``, without sending the call). After the scenario's re-expansion pushes the
@@ -23,8 +24,6 @@ import json
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,7 +33,7 @@ import pytest
 from residency._gateway._demo import desk_tools
 from tests._timing import scaled
 from tests.clients import scenario
-from tests.clients._serve import ROOT, Ran, Served, http_serve, run_client
+from tests.clients._serve import ROOT, Ran, Served, run_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -145,16 +144,14 @@ class Inspector:
         )
 
 
-@asynccontextmanager
-async def inspector(
-    transport: str, era: str, tmp_path: Path, env: dict[str, str]
-) -> AsyncIterator[tuple[Inspector, Served | None]]:
+def over_http(served: Served, key: str, era: str, env: dict[str, str]) -> Inspector:
+    """The Inspector on session ``key`` of the HTTP gateway ``served``."""
+    return Inspector((served.url, "--header", f"Residency-Session: {key}"), era, env)
+
+
+def over_stdio(key: str, era: str, tmp_path: Path, env: dict[str, str]) -> Inspector:
+    """The Inspector starting a gateway per run, each resuming session ``key`` from one store."""
     config = scenario.write_config(tmp_path)
-    key = f"inspector-{era}"
-    if transport == "http":
-        async with http_serve("--config", str(config)) as served:
-            yield Inspector((served.url, "--header", f"Residency-Session: {key}"), era, env), served
-        return
     # The server command goes through a catalog file: on the Inspector's command line, options
     # such as --config would be read as its own.
     store = f"sqlite:///{(tmp_path / 'sessions.db').resolve()}"
@@ -162,7 +159,7 @@ async def inspector(
     catalog = tmp_path / "inspector.json"
     entry = {"command": serve[0], "args": serve[1:], "cwd": str(ROOT)}
     catalog.write_text(json.dumps({"mcpServers": {"residency": entry}}))
-    yield Inspector(("--config", str(catalog), "--server", "residency"), era, env), None
+    return Inspector(("--config", str(catalog), "--server", "residency"), era, env)
 
 
 # -- expectations per step ------------------------------------------------------------------------
@@ -205,43 +202,53 @@ def check_step(index: int, outcome: Outcome) -> None:
 @ERAS
 @TRANSPORTS
 async def test_the_inspector_runs_the_scripted_task_one_process_per_step(
-    transport: str, era: str, tmp_path: Path, inspector_env: dict[str, str]
+    transport: str,
+    era: str,
+    tmp_path: Path,
+    session_key: str,
+    request: pytest.FixtureRequest,
+    inspector_env: dict[str, str],
 ) -> None:
     assert len(scenario.STEPS) == 8, "check_step and PREVENTED follow the scenario's eight steps"
-    async with inspector(transport, era, tmp_path, inspector_env) as (cli, served):
-        listed = await cli.tools()
-        assert set(listed) == {*scenario.INITIAL_TOOLS, *scenario.META_TOOLS}
+    served: Served | None = None
+    if transport == "http":
+        served = request.getfixturevalue("gateway")  # its log() holds only this test's lines
+        cli = over_http(served, session_key, era, inspector_env)
+    else:
+        cli = over_stdio(session_key, era, tmp_path, inspector_env)
+    listed = await cli.tools()
+    assert set(listed) == {*scenario.INITIAL_TOOLS, *scenario.META_TOOLS}
 
-        prevented: set[str] = set()
-        for index, (label, tool, arguments) in enumerate(scenario.STEPS):
-            outcome = await cli.call(tool, arguments)
-            if tool == "reexpand_tools":
-                # The CLI does not say which era it negotiated, and hides ttlMs; the wire does:
-                # a 2026-07-28 result carries the server's identity in _meta, a handshake one not.
-                assert outcome.result is not None, outcome.ran.explain()
-                stamped = SERVER_INFO in (outcome.result.get("_meta") or {})
-                assert stamped is (era != "legacy"), outcome.result
-            if outcome.prevented:
-                # The Inspector's own check: it only calls what the session lists.
-                assert tool not in listed, outcome.ran.explain()
-                assert outcome.ran.returncode == NOT_FOUND_EXIT, outcome.ran.explain()
-                prevented.add(label)
+    prevented: set[str] = set()
+    for index, (label, tool, arguments) in enumerate(scenario.STEPS):
+        outcome = await cli.call(tool, arguments)
+        if tool == "reexpand_tools":
+            # The CLI does not say which era it negotiated, and hides ttlMs; the wire does:
+            # a 2026-07-28 result carries the server's identity in _meta, a handshake one not.
+            assert outcome.result is not None, outcome.ran.explain()
+            stamped = SERVER_INFO in (outcome.result.get("_meta") or {})
+            assert stamped is (era != "legacy"), outcome.result
+        if outcome.prevented:
+            # The Inspector's own check: it only calls what the session lists.
+            assert tool not in listed, outcome.ran.explain()
+            assert outcome.ran.returncode == NOT_FOUND_EXIT, outcome.ran.explain()
+            prevented.add(label)
+        else:
+            assert outcome.error is None, outcome.ran.explain()
+            check_step(index, outcome)
+        if tool == "reexpand_tools":
+            listed = await cli.tools()
+            if index == 2:  # pushed out: the tombstone came in the result, not in the list
+                assert scenario.TOMBSTONED_TOOL not in listed
+                assert scenario.EVICTED_TOOL not in listed
+                assert scenario.TOMBSTONED_TOOL not in listed["reexpand_tools"]["description"]
+                assert f"{scenario.TOMBSTONED_TOOL}: mutation tool schema withheld" in outcome.text
             else:
-                assert outcome.error is None, outcome.ran.explain()
-                check_step(index, outcome)
-            if tool == "reexpand_tools":
-                listed = await cli.tools()
-                if index == 2:  # pushed out: the tombstone came in the result, not in the list
-                    assert scenario.TOMBSTONED_TOOL not in listed
-                    assert scenario.EVICTED_TOOL not in listed
-                    assert scenario.TOMBSTONED_TOOL not in listed["reexpand_tools"]["description"]
-                    assert f"{scenario.TOMBSTONED_TOOL}: mutation tool schema withheld" in outcome.text
-                else:
-                    assert scenario.TOMBSTONED_TOOL in listed
+                assert scenario.TOMBSTONED_TOOL in listed
 
-        assert prevented == PREVENTED
-        if served is not None:
-            # The calls the Inspector stopped never reached the gateway.
-            log = served.log()
-            assert "call refused" not in log, log
-            assert re.search(rf"\btool={scenario.EVICTED_TOOL}\b", log) is None, log
+    assert prevented == PREVENTED
+    if served is not None:
+        # The calls the Inspector stopped never reached the gateway.
+        log = served.log()
+        assert "call refused" not in log, log
+        assert re.search(rf"\btool={scenario.EVICTED_TOOL}\b", log) is None, log

@@ -12,6 +12,8 @@ Two ways to use the adapters, both documented by them:
 - the quick path (``client.get_tools()``): a NEW MCP session per tool call. Each call is then a
   new gateway session unless the client names one (the ``Residency-Session`` header over HTTP;
   ``--session`` with a persistent store over stdio, where each call starts a new gateway).
+
+Over HTTP the tests share the module's gateway (``conftest.py``), each in sessions of its own.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import pytest
 
 from tests._timing import scaled
 from tests.clients import scenario
-from tests.clients._serve import ROOT, http_serve, run_client
+from tests.clients._serve import ROOT, Served, run_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -69,6 +71,12 @@ def config_path(tmp_path: Path) -> Path:
 def stdio_connection(config_path: Path, *extra: str) -> dict[str, Any]:
     command = scenario.serve_command(config_path, *extra)
     return {"transport": "stdio", "command": command[0], "args": command[1:], "cwd": str(ROOT)}
+
+
+def shared(request: pytest.FixtureRequest) -> Served:
+    """The module's shared HTTP gateway, started when first asked for (``conftest.py``)."""
+    served: Served = request.getfixturevalue("gateway")
+    return served
 
 
 def http_connection(url: str, session: str | None = None) -> dict[str, Any]:
@@ -150,15 +158,14 @@ def changed_at(report: dict[str, Any]) -> list[int]:
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_langchain_session_runs_the_whole_task_through_its_tools(
-    langchain_python: str, config_path: Path, transport: str
+    langchain_python: str, config_path: Path, transport: str, request: pytest.FixtureRequest
 ) -> None:
     """The agent keeps the tools it loaded (the adapters have no list_changed hook), so every
     step, the tombstoned and the evicted tool included, goes through a LangChain tool."""
-    if transport == "stdio":
-        report = await run_task(langchain_python, stdio_connection(config_path), "session")
-    else:
-        async with http_serve("--config", str(config_path)) as served:
-            report = await run_task(langchain_python, http_connection(served.url), "session")
+    connection = (
+        stdio_connection(config_path) if transport == "stdio" else http_connection(shared(request).url)
+    )
+    report = await run_task(langchain_python, connection, "session")
     assert report["protocol_version"] == HANDSHAKE
     assert initial_list(report) == {*scenario.INITIAL_TOOLS, *scenario.META_TOOLS}
     calls = report["steps"][1:]
@@ -174,21 +181,16 @@ async def test_a_langchain_session_runs_the_whole_task_through_its_tools(
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_langchain_agent_that_reloads_on_list_changed_loses_the_withheld_tools(
-    langchain_python: str, config_path: Path, transport: str
+    langchain_python: str, config_path: Path, transport: str, request: pytest.FixtureRequest
 ) -> None:
     """An agent that reloads its tools on ``list_changed`` (via ``session_kwargs``'s
     message_handler) no longer holds the tombstoned and evicted tools: LangChain cannot call them
     (the client stops those steps); ``reexpand_tools`` brings the tombstoned one back into its list.
     The gateway's answers to the same calls on the raw session are still checked."""
-    if transport == "stdio":
-        report = await run_task(
-            langchain_python, stdio_connection(config_path), "session", relist_on_change=True
-        )
-    else:
-        async with http_serve("--config", str(config_path)) as served:
-            report = await run_task(
-                langchain_python, http_connection(served.url), "session", relist_on_change=True
-            )
+    connection = (
+        stdio_connection(config_path) if transport == "stdio" else http_connection(shared(request).url)
+    )
+    report = await run_task(langchain_python, connection, "session", relist_on_change=True)
     calls = report["steps"][1:]
     pushed = calls[PUSH - 1]
     assert set(pushed["relisted"]) == {"update_incident", *scenario.META_TOOLS}
@@ -206,13 +208,12 @@ async def test_a_langchain_agent_that_reloads_on_list_changed_loses_the_withheld
 
 
 async def test_the_quick_path_over_http_without_a_session_header_forgets_between_calls(
-    langchain_python: str, config_path: Path
+    langchain_python: str, gateway: Served
 ) -> None:
     """Each tool call is a new MCP session and so a new gateway session: nothing the earlier
     calls did is known to the next. The tombstoned tool is not refused (a fresh session has it
     resident), and a re-expansion is lost as soon as its call returns."""
-    async with http_serve("--config", str(config_path)) as served:
-        report = await run_task(langchain_python, http_connection(served.url), "quick")
+    report = await run_task(langchain_python, http_connection(gateway.url), "quick")
     assert initial_list(report) == {*scenario.INITIAL_TOOLS, *scenario.META_TOOLS}
     calls = report["steps"][1:]
     assert all(step["held"] for step in calls)
@@ -228,12 +229,11 @@ async def test_the_quick_path_over_http_without_a_session_header_forgets_between
 
 
 async def test_the_quick_path_over_http_with_a_session_header_runs_the_task(
-    langchain_python: str, config_path: Path
+    langchain_python: str, gateway: Served, session_key: str
 ) -> None:
     """``"headers": {"Residency-Session": ...}`` in the connection config names one gateway
     session across the per-call MCP sessions: the task runs as in a persistent session."""
-    async with http_serve("--config", str(config_path)) as served:
-        report = await run_task(langchain_python, http_connection(served.url, "langchain-quick"), "quick")
+    report = await run_task(langchain_python, http_connection(gateway.url, session_key), "quick")
     calls = report["steps"][1:]
     assert all(step["held"] for step in calls)
     scenario.check_outcomes(outcomes(report))

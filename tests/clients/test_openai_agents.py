@@ -5,7 +5,7 @@ The agent is a real ``agents.Agent`` run by the real ``Runner`` with a real ``MC
 of ``scenario.STEPS``, one per turn, and records the tool outputs the runner hands back to it).
 Tracing is off and no OpenAI client is ever built: nothing leaves the machine. The gateway is a
 real ``residency serve`` process: openai-agents launches it over stdio, or connects to it over
-streamable HTTP.
+streamable HTTP (the module's shared gateway, ``conftest.py``, in a session of the test's own).
 
 What openai-agents 0.24 (on mcp 2.3.0) does, read from its source and pinned by the tests below:
 
@@ -50,7 +50,7 @@ from agents.tool_context import ToolContext
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from tests._timing import CLEANUP, scaled
-from tests.clients._serve import http_serve
+from tests.clients._serve import HttpSession, http_session
 from tests.clients.scenario import (
     EVICTED_TOOL,
     INITIAL_TOOLS,
@@ -82,7 +82,6 @@ CALL_THE_NEWCOMER: Step = (
 """A call of the tool that step 2 re-expanded: it was not in the list the session started with."""
 REFUSED_STEPS = (3, 4, 5)
 """Steps that call a tool the gateway withdrew at step 2 (the tombstoned one, then the evicted one)."""
-SESSION = "openai-agents"
 
 
 def _call_id(step: int) -> str:
@@ -221,10 +220,10 @@ class Run:
 
 @asynccontextmanager
 async def server_for(
-    transport: str, tmp_path: Path, recorder: Recorder, *, cache_tools_list: bool
+    tmp_path: Path, http: HttpSession | None, recorder: Recorder, *, cache_tools_list: bool
 ) -> AsyncIterator[MCPServerStdio | MCPServerStreamableHttp]:
-    """A connected openai-agents MCP server on a fresh ``residency serve`` of the scenario config."""
-    config = write_config(tmp_path)
+    """A connected openai-agents MCP server on a ``residency serve`` of the scenario config: a
+    fresh process over stdio (``http`` None), a fresh session of the shared one over HTTP."""
     hooks: dict[str, Any] = {
         "cache_tools_list": cache_tools_list,
         "client_session_timeout_seconds": REQUEST_TIMEOUT,
@@ -234,15 +233,14 @@ async def server_for(
     }
     async with AsyncExitStack() as stack:
         server: MCPServerStdio | MCPServerStreamableHttp
-        if transport == "stdio":
-            command, *args = serve_command(config)
+        if http is None:
+            command, *args = serve_command(write_config(tmp_path))
             server = MCPServerStdio(params={"command": command, "args": args}, name="residency", **hooks)
         else:
-            served = await stack.enter_async_context(http_serve("--config", str(config)))
             # 2026-07-28 HTTP has no protocol session: the client names its residency session.
             params: MCPServerStreamableHttpParams = {
-                "url": served.url,
-                "headers": {"Residency-Session": SESSION},
+                "url": http.url,
+                "headers": {"Residency-Session": http.key},
                 "timeout": REQUEST_TIMEOUT,
             }
             server = MCPServerStreamableHttp(params=params, name="residency", **hooks)
@@ -258,9 +256,9 @@ async def server_for(
 
 
 async def run_scenario(
-    transport: str,
     tmp_path: Path,
     *,
+    http: HttpSession | None = None,
     cache_tools_list: bool = False,
     raise_on_unknown_tool: bool = False,
     steps: Sequence[Step] = STEPS,
@@ -275,7 +273,7 @@ async def run_scenario(
     output: Any = None
     error: ModelBehaviorError | None = None
     with anyio.fail_after(RUN_LIMIT):
-        async with server_for(transport, tmp_path, recorder, cache_tools_list=cache_tools_list) as server:
+        async with server_for(tmp_path, http, recorder, cache_tools_list=cache_tools_list) as server:
             assert server.session is not None
             assert server.session.protocol_version == MODERN
             agent.mcp_servers = [server]
@@ -315,9 +313,9 @@ def assert_common_steps(run: Run) -> None:
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_openai_agents_relists_every_turn_and_refuses_withdrawn_tools_itself(
-    transport: str, tmp_path: Path
+    transport: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    run = await run_scenario(transport, tmp_path)
+    run = await run_scenario(tmp_path, http=http_session(transport, request))
     assert_common_steps(run)
     after_push = run.turns[3].offered
     assert PUSHED_OUT in after_push
@@ -333,9 +331,9 @@ async def test_openai_agents_relists_every_turn_and_refuses_withdrawn_tools_itse
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_openai_agents_with_a_cached_list_sends_withdrawn_tools_to_the_gateway(
-    transport: str, tmp_path: Path
+    transport: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    run = await run_scenario(transport, tmp_path, cache_tools_list=True)
+    run = await run_scenario(tmp_path, http=http_session(transport, request), cache_tools_list=True)
     assert_common_steps(run)
     assert all(turn.offered == FIRST_LIST for turn in run.turns)
     refused, invalid, implicit = (run.turns[step] for step in REFUSED_STEPS)
@@ -363,7 +361,7 @@ async def test_openai_agents_with_a_cached_list_sends_withdrawn_tools_to_the_gat
 async def test_by_default_openai_agents_ends_the_run_when_the_model_calls_a_withdrawn_tool(
     tmp_path: Path,
 ) -> None:
-    run = await run_scenario("stdio", tmp_path, raise_on_unknown_tool=True)
+    run = await run_scenario(tmp_path, raise_on_unknown_tool=True)
     assert isinstance(run.error, ModelBehaviorError)
     assert TOMBSTONED_TOOL in str(run.error)
     # The run stopped at the first call of a tool its refreshed list no longer had; never sent.
@@ -379,7 +377,7 @@ async def test_a_tool_reexpanded_mid_run_is_callable_only_when_openai_agents_rel
     cache_tools_list: bool, tmp_path: Path
 ) -> None:
     steps = (*STEPS[:3], CALL_THE_NEWCOMER)
-    run = await run_scenario("stdio", tmp_path, cache_tools_list=cache_tools_list, steps=steps)
+    run = await run_scenario(tmp_path, cache_tools_list=cache_tools_list, steps=steps)
     newcomer = run.turns[3]
     if not cache_tools_list:
         assert PUSHED_OUT in newcomer.offered

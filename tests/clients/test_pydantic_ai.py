@@ -3,7 +3,8 @@
 The agent is a real ``pydantic_ai.Agent`` with a real ``MCPToolset``; only the model is scripted
 (a ``FunctionModel`` that makes the calls of ``scenario.STEPS``, one per turn, and records what
 pydantic-ai hands back to it). The gateway is a real ``residency serve`` process: pydantic-ai
-launches it over stdio, or connects to it over streamable HTTP.
+launches it over stdio, or connects to it over streamable HTTP (the module's shared gateway,
+``conftest.py``, in a session of the test's own).
 
 What pydantic-ai-slim 2.68 (on fastmcp 4.2.3 and mcp 2.3.0) does, read from its source and pinned
 by the tests below:
@@ -58,8 +59,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from tests._timing import CLEANUP, scaled
-from tests.clients._serve import http_serve
+from tests._timing import CLEANUP, START, scaled
+from tests.clients._serve import HttpSession, http_session
 from tests.clients.scenario import (
     EVICTED_TOOL,
     INITIAL_TOOLS,
@@ -172,10 +173,10 @@ class Run:
 
 @asynccontextmanager
 async def toolset_for(
-    transport: str, era: str, tmp_path: Path, *, cache_tools: bool = True
+    era: str, tmp_path: Path, http: HttpSession | None, *, cache_tools: bool = True
 ) -> AsyncIterator[tuple[MCPToolset[Any], list[Any]]]:
-    """An ``MCPToolset`` on a fresh ``residency serve`` of the scenario config, in ``era``."""
-    config = write_config(tmp_path)
+    """An ``MCPToolset`` on a ``residency serve`` of the scenario config, in ``era``: a fresh
+    process over stdio (``http`` None), a fresh session of the shared one over HTTP."""
     notifications: list[Any] = []
 
     async def record(message: Any) -> None:
@@ -183,8 +184,8 @@ async def toolset_for(
         notifications.append(getattr(message, "root", message))
 
     async with AsyncExitStack() as stack:
-        if transport == "stdio":
-            command, *args = serve_command(config)
+        if http is None:
+            command, *args = serve_command(write_config(tmp_path))
             stdio = StdioTransport(command, args, keep_alive=False, log_file=tmp_path / "gateway.log")
 
             async def close_stdio() -> None:
@@ -193,18 +194,32 @@ async def toolset_for(
                     await stdio.close()
 
             stack.push_async_callback(close_stdio)
-            toolset: MCPToolset[Any] = MCPToolset(stdio, cache_tools=cache_tools, message_handler=record)
+            # pydantic-ai bounds the handshake itself (5 s unless told): it covers a gateway
+            # process starting, so it is scaled like every other wait here.
+            toolset: MCPToolset[Any] = MCPToolset(
+                stdio, cache_tools=cache_tools, message_handler=record, init_timeout=START
+            )
         else:
-            served = await stack.enter_async_context(http_serve("--config", str(config)))
             # 2026-07-28 HTTP has no protocol session: the client names its residency session.
-            headers = {"Residency-Session": "pydantic-ai"} if era == "modern" else None
-            toolset = MCPToolset(served.url, headers=headers, cache_tools=cache_tools, message_handler=record)
+            headers = {"Residency-Session": http.key} if era == "modern" else None
+            toolset = MCPToolset(
+                http.url,
+                headers=headers,
+                cache_tools=cache_tools,
+                message_handler=record,
+                init_timeout=START,
+            )
         toolset.client.mode = MODES[era]
         yield toolset, notifications
 
 
 async def run_scenario(
-    transport: str, era: str, tmp_path: Path, *, cache_tools: bool = True, steps: Sequence[Step] = STEPS
+    era: str,
+    tmp_path: Path,
+    *,
+    http: HttpSession | None = None,
+    cache_tools: bool = True,
+    steps: Sequence[Step] = STEPS,
 ) -> Run:
     model = ScriptedModel(steps)
     # Every refusal is a retry the model must answer; leave room for all of them.
@@ -212,7 +227,7 @@ async def run_scenario(
     with anyio.fail_after(RUN_LIMIT):
         async with AsyncExitStack() as stack:
             toolset, notifications = await stack.enter_async_context(
-                toolset_for(transport, era, tmp_path, cache_tools=cache_tools)
+                toolset_for(era, tmp_path, http, cache_tools=cache_tools)
             )
             await stack.enter_async_context(toolset)
             assert toolset.client.protocol_version == VERSIONS[era]
@@ -258,9 +273,9 @@ def assert_refreshed_list_refuses_withdrawn_tools(run: Run) -> None:
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_in_the_handshake_era_pydantic_ai_follows_list_changed_and_refuses_withdrawn_tools(
-    transport: str, tmp_path: Path
+    transport: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    run = await run_scenario(transport, "legacy", tmp_path)
+    run = await run_scenario("legacy", tmp_path, http=http_session(transport, request))
     assert_common_steps(run)
     assert run.saw_list_changed()
     assert_refreshed_list_refuses_withdrawn_tools(run)
@@ -268,9 +283,9 @@ async def test_in_the_handshake_era_pydantic_ai_follows_list_changed_and_refuses
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_in_the_2026_era_pydantic_ai_keeps_its_first_list_so_the_gateway_answers_every_call(
-    transport: str, tmp_path: Path
+    transport: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    run = await run_scenario(transport, "modern", tmp_path)
+    run = await run_scenario("modern", tmp_path, http=http_session(transport, request))
     assert_common_steps(run)
     # No list_changed in this era and no subscriptions/listen in fastmcp: the list never changes.
     assert not run.saw_list_changed()
@@ -296,7 +311,7 @@ async def test_in_the_2026_era_pydantic_ai_keeps_its_first_list_so_the_gateway_a
 async def test_pydantic_ai_without_a_tool_cache_relists_every_turn_and_refuses_withdrawn_tools(
     tmp_path: Path,
 ) -> None:
-    run = await run_scenario("stdio", "modern", tmp_path, cache_tools=False)
+    run = await run_scenario("modern", tmp_path, cache_tools=False)
     assert_common_steps(run)
     assert not run.saw_list_changed()
     assert_refreshed_list_refuses_withdrawn_tools(run)
@@ -306,7 +321,7 @@ async def test_pydantic_ai_without_a_tool_cache_relists_every_turn_and_refuses_w
 async def test_a_tool_reexpanded_mid_run_is_callable_only_where_pydantic_ai_refreshes_its_list(
     era: str, tmp_path: Path
 ) -> None:
-    run = await run_scenario("stdio", era, tmp_path, steps=(*STEPS[:3], CALL_THE_NEWCOMER))
+    run = await run_scenario(era, tmp_path, steps=(*STEPS[:3], CALL_THE_NEWCOMER))
     newcomer = run.turns[3]
     if era == "legacy":
         assert PUSHED_OUT in newcomer.offered

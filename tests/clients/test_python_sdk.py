@@ -9,7 +9,8 @@ How each era hears that the tool list changed: the handshake era by
 ``ToolsListChanged`` event on a ``subscriptions/listen`` stream (``Client.listen``), which the
 handshake era does not have. Who the session is: the stdio process; the ``Mcp-Session-Id`` on
 handshake-era HTTP; the ``Residency-Session`` header on 2026-07-28 HTTP, without which each
-request is a throwaway session of its own.
+request is a throwaway session of its own. The HTTP tests share the module's gateway
+(``conftest.py``), each in sessions of its own.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mcp.client.subscriptions import ListenNotSupportedError, Subscription, Tool
 
 from tests._timing import NOTICE, STEP, scaled
 from tests.clients import scenario
-from tests.clients._serve import ROOT, Served, http_serve
+from tests.clients._serve import ROOT, Served
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -113,6 +114,18 @@ async def wait_for_change(mode: str, heard: Heard, events: Subscription | None) 
             assert isinstance(await events.__anext__(), ToolsListChanged)
 
 
+async def desk_timeline_length(served: Served, session: str) -> int:
+    """How long INC-7's timeline on the desk is now, read in a session of its own.
+
+    The module's tests share the gateway's one desk: a test counts only the entries after this.
+    """
+    async with http_client(served, "auto", Heard(), session) as client:
+        await client.call_tool("reexpand_tools", {"names": ["get_timeline"]})
+        timeline = await client.call_tool("get_timeline", {"incident_id": "INC-7"})
+    assert not timeline.is_error, text(timeline)
+    return len(json.loads(text(timeline))["timeline"])
+
+
 async def run_task(client: Client, mode: str, heard: Heard) -> Run:
     """List, run ``scenario.STEPS``, refetch the list when told it changed, read the timeline."""
     async with AsyncExitStack() as stack:
@@ -138,8 +151,11 @@ async def run_task(client: Client, mode: str, heard: Heard) -> Run:
     return Run(listed, results, relisted, json.loads(text(timeline))["timeline"])
 
 
-def check_run(client: Client, mode: str, run: Run) -> None:
-    """What a session-keeping client of either era gets back from the whole task."""
+def check_run(client: Client, mode: str, run: Run, desk_before: int = 0) -> None:
+    """What a session-keeping client of either era gets back from the whole task.
+
+    ``desk_before``: the timeline entries the desk had before the task (a shared desk).
+    """
     assert client.protocol_version == ERAS[mode]
     assert names(run.listed) == {*scenario.INITIAL_TOOLS, *scenario.META_TOOLS}
     scenario.check_outcomes([{"is_error": r.is_error, "text": text(r)} for r in run.results])
@@ -154,8 +170,9 @@ def check_run(client: Client, mode: str, run: Run) -> None:
     assert scenario.TOMBSTONED_TOOL not in (reexpand.description or "")
     assert f"Withheld now:\n{text(run.results[REFUSED])}" in text(run.results[PUSH])
     # The refused call never reached the desk: the second note is there once, from the last step.
-    assert run.timeline.count(f"note: {scenario.SECOND_NOTE['note']}") == 1
-    assert run.timeline.count(f"note: {scenario.FIRST_NOTE['note']}") == 1
+    added = run.timeline[desk_before:]
+    assert added.count(f"note: {scenario.SECOND_NOTE['note']}") == 1, added
+    assert added.count(f"note: {scenario.FIRST_NOTE['note']}") == 1, added
 
 
 @pytest.mark.parametrize("mode", ERAS)
@@ -170,36 +187,35 @@ async def test_the_sdk_runs_the_task_over_stdio(tmp_path: Path, mode: str) -> No
 
 
 @pytest.mark.parametrize("mode", ERAS)
-async def test_the_sdk_runs_the_task_over_http(tmp_path: Path, mode: str) -> None:
+async def test_the_sdk_runs_the_task_over_http(gateway: Served, session_key: str, mode: str) -> None:
     """Handshake era: the ``Mcp-Session-Id`` is the session, no header needed. 2026-07-28: the
     ``Residency-Session`` header names it (the listen stream is on the same session)."""
     heard = Heard()
-    session = "sdk-http" if mode == "auto" else None
-    async with http_serve("--config", str(scenario.write_config(tmp_path))) as served:
-        with anyio.fail_after(TASK_TIMEOUT):
-            async with http_client(served, mode, heard, session) as client:
-                run = await run_task(client, mode, heard)
-                check_run(client, mode, run)
-                if mode == "auto":
-                    page = await client.list_tools()
-                    assert (page.ttl_ms, page.cache_scope) == (0, "private")
+    session = session_key if mode == "auto" else None
+    with anyio.fail_after(TASK_TIMEOUT):
+        desk_before = await desk_timeline_length(gateway, f"{session_key}-desk")
+        async with http_client(gateway, mode, heard, session) as client:
+            run = await run_task(client, mode, heard)
+            check_run(client, mode, run, desk_before)
+            if mode == "auto":
+                page = await client.list_tools()
+                assert (page.ttl_ms, page.cache_scope) == (0, "private")
 
 
-async def test_an_anonymous_2026_http_client_gets_a_throwaway_session_per_request(tmp_path: Path) -> None:
+async def test_an_anonymous_2026_http_client_gets_a_throwaway_session_per_request(gateway: Served) -> None:
     """No ``Residency-Session`` header and no token on 2026-07-28 HTTP: every request is a new
     session that shares nothing. The push-out changes nothing anyone sees again, so the listen
     stream stays quiet, the list is the initial one and the "tombstoned" tool is forwarded."""
     heard = Heard()
-    async with http_serve("--config", str(scenario.write_config(tmp_path))) as served:
-        with anyio.fail_after(TASK_TIMEOUT):
-            async with http_client(served, "auto", heard) as client:
-                assert client.protocol_version == ERAS["auto"]
-                async with client.listen(tools_list_changed=True) as events:
-                    results = [await client.call_tool(tool, args) for _, tool, args in scenario.STEPS]
-                    with anyio.move_on_after(2) as quiet:
-                        await events.__anext__()
-                    assert quiet.cancelled_caught, "a throwaway session's change reached a listener"
-                listed = (await client.list_tools()).tools
+    with anyio.fail_after(TASK_TIMEOUT):
+        async with http_client(gateway, "auto", heard) as client:
+            assert client.protocol_version == ERAS["auto"]
+            async with client.listen(tools_list_changed=True) as events:
+                results = [await client.call_tool(tool, args) for _, tool, args in scenario.STEPS]
+                with anyio.move_on_after(scaled(2)) as quiet:
+                    await events.__anext__()
+                assert quiet.cancelled_caught, "a throwaway session's change reached a listener"
+            listed = (await client.list_tools()).tools
     assert names(listed) == {*scenario.INITIAL_TOOLS, *scenario.META_TOOLS}
     refused = results[REFUSED]
     assert not refused.is_error and reason(refused) is None, text(refused)

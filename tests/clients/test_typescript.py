@@ -3,7 +3,7 @@
 Two real client generations: ``@modelcontextprotocol/sdk`` 1.x (handshake era only) and
 ``@modelcontextprotocol/client`` 2.x (handshake era, ``auto`` negotiation and a pinned
 2026-07-28), each over stdio (the client launches ``python -m residency serve``) and streamable
-HTTP (a ``residency serve --transport http`` subprocess). One node process
+HTTP (the module's shared ``residency serve --transport http``, ``conftest.py``). One node process
 (``tests/peers/scripted_task.mjs``) runs the whole task of ``tests.clients.scenario`` in one MCP
 session and prints what came back; these tests assert on that.
 
@@ -25,7 +25,7 @@ import pytest
 from residency._gateway._demo import desk_tools
 from tests._timing import scaled
 from tests.clients import scenario
-from tests.clients._serve import ROOT, Ran, http_serve, run_client
+from tests.clients._serve import ROOT, Ran, Served, run_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -90,10 +90,8 @@ def plan() -> list[dict[str, Any]]:
     return steps
 
 
-async def run_task(
-    sdk: str, era: str, transport: str, config: Path, env: dict[str, str]
-) -> tuple[dict[str, Any], Ran, str]:
-    """Run the whole task in one client process; returns its report, the run, the gateway log."""
+async def run_task(sdk: str, era: str, target: list[str], env: dict[str, str]) -> tuple[dict[str, Any], Ran]:
+    """Run the whole task in one client process on ``target`` (``--stdio CMD`` or ``--url URL``)."""
     argv = [
         "node",
         str(SCRIPT),
@@ -108,18 +106,8 @@ async def run_task(
         "--notify-timeout",
         "20000",
     ]
-    if transport == "stdio":
-        ran = await run_client(
-            [*argv, "--stdio", *scenario.serve_command(config)], env=env, timeout=RUN_TIMEOUT
-        )
-        report = _report(ran)
-        return report, ran, str(report.get("server_stderr_tail") or "")
-    async with http_serve("--config", str(config)) as served:
-        # Handshake era: the Mcp-Session-Id the client keeps is the gateway session, as for any
-        # client. 2026-07-28 has no protocol session: the Residency-Session header names it.
-        session = [] if era == "legacy" else ["--session", f"ts-{sdk}-{era}"]
-        ran = await run_client([*argv, *session, "--url", served.url], env=env, timeout=RUN_TIMEOUT)
-        return _report(ran), ran, served.log()
+    ran = await run_client([*argv, *target], env=env, timeout=RUN_TIMEOUT)
+    return _report(ran), ran
 
 
 def _report(ran: Ran) -> dict[str, Any]:
@@ -164,10 +152,25 @@ def schema_in(text: str) -> Any:
 @CLIENTS
 @TRANSPORTS
 async def test_a_typescript_client_runs_the_scripted_task_in_one_session(
-    sdk: str, era: str, transport: str, tmp_path: Path, node_env: dict[str, str]
+    sdk: str,
+    era: str,
+    transport: str,
+    tmp_path: Path,
+    session_key: str,
+    request: pytest.FixtureRequest,
+    node_env: dict[str, str],
 ) -> None:
-    config = scenario.write_config(tmp_path)
-    report, ran, log = await run_task(sdk, era, transport, config, node_env)
+    if transport == "stdio":
+        stdio = ["--stdio", *scenario.serve_command(scenario.write_config(tmp_path))]
+        report, ran = await run_task(sdk, era, stdio, node_env)
+        log = str(report.get("server_stderr_tail") or "")
+    else:
+        served: Served = request.getfixturevalue("gateway")
+        # Handshake era: the Mcp-Session-Id the client keeps is the gateway session, as for any
+        # client. 2026-07-28 has no protocol session: the Residency-Session header names it.
+        session = [] if era == "legacy" else ["--session", session_key]
+        report, ran = await run_task(sdk, era, [*session, "--url", served.url], node_env)
+        log = served.log()  # what the gateway printed during this test only
     steps = steps_by_label(report)
     modern = era != "legacy"
 

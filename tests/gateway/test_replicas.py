@@ -1,15 +1,17 @@
 """Two gateway replicas, two processes, one PostgreSQL: any replica serves any request of a session.
 
-Each test starts two ``residency serve --transport http`` processes on one PostgreSQL schema of its
-own (dropped afterwards) and drives one session through a real ``mcp.Client`` per replica in the
-2026-07-28 era, both naming the session with the same ``Residency-Session`` header. Without
-``RESIDENCY_PG_URL`` the tests skip, or fail when ``CI`` is set.
+The tests share two ``residency serve --transport http`` processes on one PostgreSQL schema (dropped
+afterwards); each drives a session of its own key through a real ``mcp.Client`` per replica in the
+2026-07-28 era, both naming the session with the same ``Residency-Session`` header. The chain test
+starts two of its own on a schema of its own: an archived chain reaches every session of its scope.
+Without ``RESIDENCY_PG_URL`` the tests skip, or fail when ``CI`` is set.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +35,10 @@ from residency._store import open_store
 from residency._store._protocol import Store
 from residency._store._sqlite import SQLiteStore
 from tests._timing import scaled
-from tests.clients._serve import http_serve
+from tests.clients._serve import Shared, http_serve, serve_shared
 from tests.gateway.conftest import reason, text
 from tests.incident_tools import incident_tools
+from tests.postgres import drop_schema, new_schema, pg_url, with_params
 
 META_TOOLS = listed_meta_tools(chains=False, offload=False)  # a fresh session: no chain yet, no offloading
 
@@ -81,14 +84,34 @@ class Replica:
         return result
 
 
+@dataclass(frozen=True)
+class Fleet:
+    """The module's two replicas and the store URL they share."""
+
+    url: str
+    replicas: tuple[Shared, Shared]
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[Fleet]:
+    """Two ``residency serve`` processes on one schema of the module's own, for every test that
+    keeps to a session key of its own."""
+    base = pg_url()
+    schema = new_schema()
+    url = with_params(base, schema=schema)
+    try:
+        with serve_shared("--store", url) as a, serve_shared("--store", url) as b:
+            yield Fleet(url, (a, b))
+    finally:
+        drop_schema(base, schema)
+
+
 @asynccontextmanager
-async def replicas(url: str, key: str, mode: str = "auto") -> AsyncIterator[tuple[Replica, Replica]]:
-    """Two ``residency serve`` processes on ``url``, and a client of session ``key`` on each
-    (2026-07-28 era unless ``mode`` is ``"legacy"``)."""
+async def replicas(fleet: Fleet, key: str, mode: str = "auto") -> AsyncIterator[tuple[Replica, Replica]]:
+    """A client of session ``key`` on each of the fleet's two replicas (2026-07-28 era unless
+    ``mode`` is ``"legacy"``)."""
     async with AsyncExitStack() as stack:
-        served = []
-        for _ in range(2):
-            served.append(await stack.enter_async_context(http_serve("--store", url)))
+        served = [shared.for_a_test() for shared in fleet.replicas]
         pair = []
         for name, serve in zip("AB", served, strict=True):
             http = await stack.enter_async_context(
@@ -174,7 +197,7 @@ def tombstone_line(withheld: str, name: str) -> str:
 
 
 @pytest.mark.slow
-async def test_requests_alternating_between_replicas_see_one_session(store_url: str) -> None:
+async def test_requests_alternating_between_replicas_see_one_session(fleet: Fleet) -> None:
     key = "replicated-1"
     calls: list[tuple[str, str]] = []  # (call id, tool) of every forwarded call
 
@@ -184,7 +207,7 @@ async def test_requests_alternating_between_replicas_see_one_session(store_url: 
         return result
 
     with anyio.fail_after(scaled(300)):
-        async with replicas(store_url, key) as (a, b):
+        async with replicas(fleet, key) as (a, b):
             both = (a, b)
             assert await a.names() == await b.names()
             assert "update_incident" not in await a.names()  # withheld by the demo's budget
@@ -222,18 +245,18 @@ async def test_requests_alternating_between_replicas_see_one_session(store_url: 
 
             ids = [call_id for call_id, _ in calls]
             assert len(set(ids)) == len(ids), ids
-            await assert_replicas_show_the_replay((a, b), store_url, key)
+            await assert_replicas_show_the_replay((a, b), fleet.url, key)
 
-    async with replay(store_url, key) as (fresh, _, _):
+    async with replay(fleet.url, key) as (fresh, _, _):
         assert [(call_id, fresh.call(call_id).tool) for call_id, _ in calls] == calls
         kinds = {e.kind.value for e in fresh.events()}
         assert {"reexpanded", "refused", "tombstoned"} <= kinds
 
 
 @pytest.mark.slow
-async def test_a_list_change_on_one_replica_reaches_a_listener_on_the_other(store_url: str) -> None:
+async def test_a_list_change_on_one_replica_reaches_a_listener_on_the_other(fleet: Fleet) -> None:
     with anyio.fail_after(scaled(120)):
-        async with replicas(store_url, "announced-1") as (a, b):
+        async with replicas(fleet, "announced-1") as (a, b):
             assert "list_services" not in await b.names()  # B holds the session now
             async with b.client.listen(tools_list_changed=True) as events:
                 assert not (await a.call(REEXPAND_TOOLS, {"names": ["list_services"]})).is_error
@@ -244,9 +267,9 @@ async def test_a_list_change_on_one_replica_reaches_a_listener_on_the_other(stor
 
 
 @pytest.mark.slow
-async def test_a_list_change_on_one_replica_reaches_a_handshake_client_of_the_other(store_url: str) -> None:
+async def test_a_list_change_on_one_replica_reaches_a_handshake_client_of_the_other(fleet: Fleet) -> None:
     with anyio.fail_after(scaled(120)):
-        async with replicas(store_url, "announced-2", mode="legacy") as (a, b):
+        async with replicas(fleet, "announced-2", mode="legacy") as (a, b):
             assert "list_services" not in await b.names()  # B holds the session now
             assert not (await a.call(REEXPAND_TOOLS, {"names": ["list_services"]})).is_error
             with anyio.fail_after(scaled(30)):
@@ -265,7 +288,7 @@ ROUNDS = 6  # requests per loop: 2 x 2 x 6 = 24 operations, each one or two requ
 
 
 @pytest.mark.slow
-async def test_replicas_hammering_one_session_never_fork_or_lose_a_call(store_url: str) -> None:
+async def test_replicas_hammering_one_session_never_fork_or_lose_a_call(fleet: Fleet) -> None:
     key = "hammered-1"
     calls: list[tuple[str, str]] = []
     conflicts = 0
@@ -290,7 +313,7 @@ async def test_replicas_hammering_one_session_never_fork_or_lose_a_call(store_ur
             calls.append((call_id, name))
 
     with anyio.fail_after(scaled(300)):
-        async with replicas(store_url, key) as (a, b):
+        async with replicas(fleet, key) as (a, b):
             async with anyio.create_task_group() as tg:
                 for w in range(WORKERS):
                     tg.start_soon(worker, a, 2 * w)
@@ -298,9 +321,9 @@ async def test_replicas_hammering_one_session_never_fork_or_lose_a_call(store_ur
             assert calls, "no call went through"
             ids = [call_id for call_id, _ in calls]
             assert len(set(ids)) == len(ids), ids
-            await assert_replicas_show_the_replay((a, b), store_url, key)
+            await assert_replicas_show_the_replay((a, b), fleet.url, key)
 
-    async with replay(store_url, key) as (fresh, _, _):
+    async with replay(fleet.url, key) as (fresh, _, _):
         # Every acknowledged call is in the journal, under the id its caller was given.
         assert [(call_id, fresh.call(call_id).tool) for call_id, _ in calls] == calls
     print(f"{len(calls)} calls, {conflicts} surfaced conflicts")
