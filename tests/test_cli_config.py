@@ -20,6 +20,7 @@ from residency import ConfigError
 from residency._cli import build_parser, main
 from residency._gateway import load_config
 from residency._gateway._config import VSCODE_HINT, GatewayConfig
+from tests._timing import scaled
 
 ROOT = Path(__file__).resolve().parents[1]
 HOSTS = ROOT / "examples" / "hosts"
@@ -128,7 +129,10 @@ def test_an_upstream_that_never_answers_fails_after_startup_timeout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mute = {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}
-    path = gateway_file(tmp_path, {"desk": DESK, "mute": mute}, {"startup_timeout": 3, "ready_wait": 0})
+    # Long enough for the desk, a real interpreter, to start on a loaded machine (only mute may
+    # fail), and waited out in full by mute.
+    settings = {"startup_timeout": scaled(10), "ready_wait": 0}
+    path = gateway_file(tmp_path, {"desk": DESK, "mute": mute}, settings)
     done = check(capsys, str(path))
     assert done.returncode == 1, done.stderr
     (error,) = findings(done.stderr, "error")
