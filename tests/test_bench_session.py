@@ -24,6 +24,7 @@ from residency._bench._strategies import (
     STRATEGIES,
     AdapterStrategy,
     GreedyStrategy,
+    ReferenceStrategy,
     ResidencyStrategy,
     make_strategy,
 )
@@ -320,6 +321,7 @@ def test_run_trace_reports_every_strategy_with_the_required_figures(
         "residency",
         "residency-greedy",
         "residency-adapter",
+        "residency-reference",
     }
     for figures in result["strategies"].values():
         assert set(figures) >= STRATEGY_KEYS
@@ -358,6 +360,9 @@ def test_run_trace_reports_the_bill_per_result_regime_with_a_verdict_per_target(
             "ghost_invalid_failed",
             "raw_tool_token_cut",
             "adapter_cost_vs_defer",
+            "reference_cost_vs_defer",
+            "reference_list_changes",
+            "reference_ghost_invalid_failed",
         }
         assert targets["ghost_invalid_failed"]["target"] == "0, heeding and careless"
         assert targets["list_changes"]["target"] == "<= 5"
@@ -629,3 +634,79 @@ def test_the_adapter_path_prunes_a_tool_when_its_last_reference_is_compacted_awa
     assert strategy.visible("git_log") is None
     assert strategy.session.state("git_log") is ToolState.TOMBSTONED
     assert any(line.startswith("git_log:") for line in strategy._pending)  # for the next notice
+
+
+# -- delivery by reference ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["heeding", "careless"])
+def test_by_reference_the_list_never_changes_and_every_unlisted_call_goes_through_call_tool(
+    model: Any, corpus: dict[str, list[dict[str, Any]]]
+) -> None:
+    trace, toolset = _bound(_tiny(pinned=["git_status"]), corpus)
+    strategy = ReferenceStrategy(toolset, _minify(), trace)
+    tally = replay(trace, toolset, strategy, model=model)
+    assert not any(r.list_changed for r in strategy.prompt.requests)
+    assert (tally.ghost_calls_forwarded, tally.invalid_calls_forwarded, tally.failed_calls) == (0, 0, 0)
+    assert tally.completed_calls == tally.calls == 5
+    # The block: the pinned tool and the meta-tools with call_tool, nothing the model searched.
+    assert set(strategy._shown) == {"git_status"}
+    assert strategy.turn_tokens() > strategy._meta_tokens > 0
+    # One search brings a schema (no re-expansion needed); the journal says how calls came.
+    assert tally.searches >= 1 and tally.reexpansions == 0
+    vias = {c.tool: c.via for c in strategy.session.resident_calls()}
+    assert vias["git_status"] == "" and vias["git_log"] == vias["git_commit"] == "call_tool"
+
+
+def test_by_reference_a_dropped_result_withholds_its_tool_and_the_model_gets_it_back(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    raw = _tiny()
+    # Before git_log is needed again, the host compacts every exchange but the last call.
+    raw["turns"][4]["evict_calls_before_turn"] = 3
+    trace, toolset = _bound(raw, corpus)
+    strategy = ReferenceStrategy(toolset, _minify(), trace)
+    replay(trace, toolset, strategy, model="careless")
+    # git_log's first call and the search result that delivered it (r1) left the transcript:
+    # the host reported it dropped. With no schema and no earlier arguments in view, the
+    # model searched again, and a new delivery brought git_log back.
+    assert strategy.tally.failed_calls == strategy.tally.ghost_calls_forwarded == 0
+    assert "git_log" in strategy.session.delivery("r1").tools
+    live = {d.id for d in strategy.session.deliveries()}
+    assert "r1" not in live and live == set(strategy._delivered)
+    assert strategy.session.state("git_log") is ToolState.RESIDENT
+    assert strategy.session.carried("git_log")
+    assert any("git_log" in strategy.session.delivery(d).tools for d in live)
+
+
+def test_by_reference_a_tombstoned_tool_is_refused_through_call_tool_until_re_expanded(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    trace, toolset = _bound(_tiny(), corpus)
+    strategy = ReferenceStrategy(toolset, _minify(), trace)
+    replay(trace, toolset, strategy)
+    # The host drops every delivery; git_log's arguments are still in view: tombstoned.
+    strategy.session.drop_deliveries(*strategy._delivered)
+    strategy._plan(None)
+    assert strategy.session.state("git_log") is ToolState.TOMBSTONED
+    assert strategy.visible("git_log") is None
+    assert not strategy.submit("git_log", {"repo_path": REPO, "max_count": 3})
+    assert strategy.tally.refused_calls == 1
+    schema = strategy.reexpand("git_log")
+    assert schema is not None and "repo_path" in schema["properties"]
+    assert strategy.submit("git_log", {"repo_path": REPO, "max_count": 3})
+
+
+def test_on_every_shipped_trace_delivery_by_reference_keeps_one_list_and_makes_no_bad_call(
+    corpus: dict[str, list[dict[str, Any]]],
+) -> None:
+    for path in _shipped():
+        trace = load_trace(path)
+        toolset = bind(trace, corpus)
+        for model in ("heeding", "careless"):
+            strategy = make_strategy("residency-reference", toolset, trace, minify=_minify(), prune=_prune())
+            tally = replay(trace, toolset, strategy, model=model)
+            bad = (tally.ghost_calls_forwarded, tally.invalid_calls_forwarded, tally.failed_calls)
+            assert bad == (0, 0, 0), (path.stem, model)
+            pinned_upgrades = sum(n in trace.pinned for t in trace.turns for n in t.upgrade)
+            assert sum(r.list_changed for r in strategy.prompt.requests) <= 1 + pinned_upgrades

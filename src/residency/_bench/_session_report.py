@@ -104,11 +104,14 @@ def _print_costs(name: str, r: Mapping[str, Any], console: Console) -> None:
 
 
 _TARGET_LABELS = {
-    "cost_vs_all_full": "cost {value:.2f}x all-full",
-    "list_changes": "{value} tool-list changes",
+    "cost_vs_all_full": "by list {value:.2f}x all-full's cost",
+    "list_changes": "by list {value} tool-list changes",
     "ghost_invalid_failed": "{value} ghost+invalid+failed calls",
     "raw_tool_token_cut": "raw tool-token cut {value:.1%}",
     "adapter_cost_vs_defer": "adapter path {value:.2f}x defer's cost",
+    "reference_cost_vs_defer": "by reference {value:.2f}x defer's cost",
+    "reference_list_changes": "by reference {value} tool-list changes",
+    "reference_ghost_invalid_failed": "by reference {value} ghost+invalid+failed calls",
 }
 
 
@@ -119,6 +122,8 @@ def _verdicts(targets: Mapping[str, Any]) -> list[str]:
 def verdict(key: str, target: Mapping[str, Any]) -> str:
     """One target as text: the figure, the target and whether it is met."""
     figure = _TARGET_LABELS[key].format(value=target["value"])
+    if target["ok"] is None:
+        return f"{figure} (target {target['target']})"
     return f"{figure} (target {target['target']}: {'met' if target['ok'] else 'MISSED'})"
 
 

@@ -26,6 +26,16 @@ break the cached prefix where the evicted arguments were.
   and no phase: the planner keeps the argument budget and the tombstones. The block digest
   covers the pinned tools only: deferred tools are not in the prompt prefix (the provider's
   documentation), and a loaded definition stays in the transcript as it was loaded.
+- ``residency-reference``: the gateway with ``residency.delivery = "reference"``. The tool list
+  is fixed: the pinned tools and the meta-tools with ``call_tool``. Every other tool reaches the
+  model in a result: each ``search_tools`` hit carries its schema at the session's minify level,
+  ``reexpand_tools`` returns full schemas; the session records each such result as a delivery,
+  and the model calls the tool through ``call_tool`` (the call's exchange is counted as the
+  ``call_tool`` call it is). When the host's compaction takes a result out of the transcript it
+  reports it (``drop_deliveries``), and the next plan (``plan_turn(by_reference=True)``)
+  withholds what no result still carries: tombstoned where its arguments are in view, with the
+  notice in the transcript as by list. The careless model's rebuilt calls go through
+  ``call_tool`` too, and meet the same admission.
 """
 
 from __future__ import annotations
@@ -52,7 +62,9 @@ from residency._core._planner import Budget
 from residency._core._tools import JSONObject, definition_hash
 from residency._errors import CallRefused, IllegalTransition
 from residency._gateway import (
+    CALL_TOOL,
     REEXPAND_TOOLS,
+    RESULT_META_KEY,
     SEARCH_TOOLS,
     Catalog,
     CatalogEntry,
@@ -71,11 +83,12 @@ __all__ = [
     "STRATEGIES",
     "AdapterStrategy",
     "GreedyStrategy",
+    "ReferenceStrategy",
     "ResidencyStrategy",
     "make_strategy",
 ]
 
-RESIDENCY_STRATEGIES = ("residency", "residency-greedy", "residency-adapter")
+RESIDENCY_STRATEGIES = ("residency", "residency-greedy", "residency-adapter", "residency-reference")
 STRATEGIES = ("all-full", "seed-003", "minify", "defer", *RESIDENCY_STRATEGIES)
 
 NOTICE = "Withheld now:"  # the first line of the gateway's tombstone notice (``_server``)
@@ -341,6 +354,125 @@ class AdapterStrategy(ResidencyStrategy):
         return None
 
 
+class ReferenceStrategy(ResidencyStrategy):
+    """Delivery by reference: a fixed list; schemas in results; calls through ``call_tool``."""
+
+    name = "residency-reference"
+
+    def __init__(self, toolset: Toolset, minify: Minifier, trace: Trace) -> None:
+        super().__init__(toolset, minify, trace)
+        # The deliveries still in the transcript: delivery id -> the exchange that showed them,
+        # and per tool the (exchange, input schema) it was shown with, newest last.
+        self._delivered: dict[str, int] = {}
+        self._loaded: dict[str, list[tuple[int, JSONObject]]] = {}
+
+    def evict_oldest(self, n: int) -> None:
+        super().evict_oldest(n)
+        # The host reports the results its compaction dropped (``residency/dropped_results``).
+        gone = [d for d, handle in self._delivered.items() if not self.prompt.holds(handle)]
+        if gone:
+            self.session.drop_deliveries(*gone)
+            for d in gone:
+                del self._delivered[d]
+
+    def _plan(self, phase: str | None) -> TurnPlan:
+        start = time.perf_counter()
+        plan = self.session.plan_turn(self._budget, phase=phase, by_reference=True)
+        self.tally.plan_seconds.append(time.perf_counter() - start)
+        self.prompt.drop_arguments(plan.evictions)
+        self.tally.argument_evictions += len(plan.evictions)
+        self._notice(dict.fromkeys([*self._pending, *plan.new_tombstones]))
+        self._pending = []
+        return plan
+
+    def _show(self, plan: TurnPlan) -> None:
+        """The fixed list: the pinned tools, then the meta-tools with ``call_tool``."""
+        listed = [t for t in plan.tools if self.session.is_pinned(t["name"])]
+        self._shown = {t["name"]: t for t in listed}
+        self._shown_tokens = count_tokens(listed) if listed else 0
+        meta = [model_view(m) for m in self._meta_tools(plan)]
+        self._meta_tokens = count_tokens(meta)
+        self._block = block_key([*listed, *meta])
+
+    def _meta_tools(self, plan: TurnPlan) -> list[JSONObject]:
+        chains = bool(self.session.chains())
+        return meta_tool_definitions(listed_meta_tools(chains=chains, offload=False, call_tool=True))
+
+    def visible(self, tool: str) -> JSONObject | None:
+        if tool in self._shown:
+            return super().visible(tool)
+        if self.session.state(tool) is not ToolState.RESIDENT:
+            return None  # withheld: the model goes by its tombstone, or finds it again
+        for handle, schema in reversed(self._loaded.get(tool, ())):
+            if self.prompt.holds(handle):
+                return schema
+        return None
+
+    def _delivery(self, result: Any, handle: int) -> None:
+        """A result that showed schemas: what it carries, for ``visible`` and host reports."""
+        delivery = (result.meta or {}).get(RESULT_META_KEY)
+        if delivery is None:
+            return
+        self._delivered[str(delivery)] = handle
+        for definition in (result.structured_content or {}).get("tools", ()):
+            shown = definition.get("definition", definition)
+            self._loaded.setdefault(definition["name"], []).append(
+                (handle, shown.get("inputSchema", {"type": "object"}))
+            )
+
+    def reexpand(self, tool: str) -> JSONObject | None:
+        arguments: JSONObject = {"names": [tool]}
+        result = reexpand_tools(self.session, self._catalog, arguments, call_tool=True, deliver=True)
+        handle = self._exchange(REEXPAND_TOOLS, arguments, _text_tokens(result))
+        if result.is_error:
+            return None
+        self.tally.reexpansions += 1
+        self._delivery(result, handle)
+        return self.visible(tool)
+
+    def find(self, tool: str, query: str) -> JSONObject | None:
+        # One search brings the schema: the hit carries it, and call_tool calls it.
+        listed = list(self._shown)
+        for q in (query, f"{query} {' '.join(tokenize(self._server_of[tool]))}"):
+            arguments = {"query": q, "limit": SEARCH_LIMIT}
+            result = search_tools(self.session, self._catalog, arguments, by_reference=True, listed=listed)
+            self.tally.searches += 1
+            handle = self._exchange(SEARCH_TOOLS, arguments, _text_tokens(result))
+            self._delivery(result, handle)
+            if tool in {hit["name"] for hit in (result.structured_content or {}).get("tools", ())}:
+                return self.visible(tool)
+        self.tally.search_misses += 1
+        return None
+
+    def submit(self, tool: str, arguments: JSONObject) -> bool:
+        via = "" if tool in self._shown else CALL_TOOL
+        try:
+            record = self.session.admit_call(
+                tool, arguments, reexpand_evicted=True, show_schema=bool(via), via=via
+            )
+        except CallRefused as refusal:
+            self.tally.refused_calls += 1
+            self._exchange(CALL_TOOL, _through(tool, arguments), count_tokens(str(refusal)))
+            return False
+        self.prompt.request()
+        self._forward(tool, arguments, record.id)
+        return True
+
+    def _forward(self, tool: str, arguments: JSONObject, ref: str | None = None) -> None:
+        if tool in self._shown:
+            super()._forward(tool, arguments, ref)
+            return
+        # The transcript holds the call_tool call; its arguments are the tool's (``prior``).
+        self._calls += 1
+        self._last_ref = ref or f"call-{self._calls}"
+        self.prompt.call(CALL_TOOL, _through(tool, arguments), self._last_ref)
+
+
+def _through(tool: str, arguments: JSONObject) -> JSONObject:
+    """``call_tool``'s arguments for a call of ``tool``."""
+    return {"name": tool, "arguments": arguments}
+
+
 def _catalog(definitions: Mapping[str, JSONObject], server_of: Mapping[str, str]) -> Catalog:
     return Catalog(
         CatalogEntry(name, server_of[name], name.rsplit(".", 1)[-1], d, definition_hash(d))
@@ -371,4 +503,6 @@ def make_strategy(
         return GreedyStrategy(toolset, minify, trace)
     if name == "residency-adapter":
         return AdapterStrategy(toolset, minify, trace)
+    if name == "residency-reference":
+        return ReferenceStrategy(toolset, minify, trace)
     raise ValueError(f"unknown strategy {name!r}; known: {STRATEGIES}")
