@@ -17,9 +17,10 @@ from residency import (
     NotFound,
     Session,
     SQLiteStore,
+    ToolNotResident,
     ToolState,
 )
-from residency._runtime._deliveries import DELIVERED
+from residency._runtime._deliveries import DELIVERED, UNCARRIED
 
 BUDGET = Budget(schema_tokens=10_000, argument_tokens=10_000)
 TINY = Budget(schema_tokens=1, argument_tokens=10_000)
@@ -99,6 +100,29 @@ def test_a_dropped_result_withholds_its_tools_tombstoning_those_with_visible_arg
     assert s.deliveries() == []
     s.drop_deliveries(delivery.id)  # again: nothing changes
     assert s.delivery(delivery.id) == delivery
+
+
+def test_withholding_at_once_refuses_a_call_rebuilt_after_its_schema_left() -> None:
+    store = MemoryStore()
+    s = _session(store)
+    first = s.record_delivery(["a", "b"])
+    s.record_delivery(["b"])
+    s.admit_call("a", {"n": 1})
+    s.drop_deliveries(first.id)
+    before = len(store.load("s"))
+    assert s.withhold_uncarried() == ["a"]  # b: another result still shows it; pin: pinned
+    assert (s.state("a"), s.state("b"), s.state("pin")) == (
+        ToolState.TOMBSTONED,
+        ToolState.RESIDENT,
+        ToolState.RESIDENT,
+    )
+    written = store.load("s")[before:]
+    assert [(e.op, e.data["tool"], e.data["reason"]) for e in written] == [("transition", "a", UNCARRIED)]
+    with pytest.raises(ToolNotResident):
+        s.admit_call("a", {"n": 2})  # the ghost call: refused with its tombstone
+    after = len(store.load("s"))
+    assert s.withhold_uncarried() == []  # nothing left to withhold: nothing journaled
+    assert len(store.load("s")) == after
 
 
 def test_a_tool_carried_by_another_result_stays_when_one_is_dropped() -> None:

@@ -24,8 +24,11 @@ model calls them through ``call_tool`` (or by name, where its client allows):
 2. A host that drops such results from its transcript says so in
    ``_meta["residency/dropped_results"]`` (the ids), on any ``tools/call``, the way it reports
    dropped calls in ``residency/evicted_calls``. Both are applied before the call, the evicted
-   calls first (arguments first, as the planner orders it). Entries that are not strings and
-   ids the session never issued are ignored; a value that is not a list is ignored whole.
+   calls first (arguments first, as the planner orders it), and a tool that no result still
+   in the transcript shows is withheld at once (``Session.withhold_uncarried``), so the call
+   of that request meets it: a call of it rebuilt from arguments still in view is refused
+   with its tombstone. Entries that are not strings and ids the session never issued are
+   ignored; a value that is not a list is ignored whole.
 3. Every turn is planned by reference (``plan_turn(by_reference=True)``): a resident tool that
    is neither listed nor carried by a delivery still in the transcript leaves, by the rule the
    planner applies to any pruned tool: tombstoned if arguments of it are visible, else

@@ -93,7 +93,12 @@ def host_evictions(gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> N
 
 
 def host_dropped_results(gs: GatewaySession, ctx: ServerRequestContext[Any, Any]) -> None:
-    """Apply the results carrying schemas that the host dropped (see ``_delivery``)."""
+    """Apply the results carrying schemas that the host dropped (see ``_delivery``).
+
+    By reference, a tool that no result in the transcript shows any more is withheld at once:
+    the call this request carries meets it (a call of it rebuilt from arguments still in view
+    is refused as a ghost call, not forwarded before the turn's plan).
+    """
     ids = _meta_of(ctx).get(DROPPED_RESULTS_META_KEY)
     if not isinstance(ids, list):
         return
@@ -102,6 +107,8 @@ def host_dropped_results(gs: GatewaySession, ctx: ServerRequestContext[Any, Any]
     known = [i for i in dict.fromkeys(ids) if isinstance(i, str) and i != fixed and _found(s.delivery, i)]
     if known:
         s.drop_deliveries(*known)
+        if gs.delivery.by_reference:
+            s.withhold_uncarried()
 
 
 def host_dropped_spans(

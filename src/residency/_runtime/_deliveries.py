@@ -11,6 +11,9 @@ re-expansion). Such a schema is resident while a result that showed it is in the
   the next ``plan_turn(by_reference=True)`` withholds every resident tool that no result still
   in the transcript carries (and that is not pinned), by the rule of ``prune``: tombstoned if
   arguments of it are visible, else evicted; the argument budget goes first, as always.
+  ``withhold_uncarried()`` does that part at once, for a host that reports the drop on the
+  request of a call that must already meet it (a call rebuilt from arguments still in view
+  after the schema left is a ghost call, and must be refused).
 - a result carries the definition it showed: after a redefinition upstream it carries the tool
   no more (the model's copy is stale), so a plan by reference withholds it unless a newer
   result shows it.
@@ -29,10 +32,13 @@ from residency._errors import InvalidInput, NotFound
 from residency._runtime._journal import Item, Journal
 from residency._runtime._tools import ToolPart
 
-__all__ = ["DELIVERED", "MAX_DELIVERY_TOOLS", "DeliveryPart"]
+__all__ = ["DELIVERED", "MAX_DELIVERY_TOOLS", "UNCARRIED", "DeliveryPart"]
 
 DELIVERED = "delivered: its schema was shown in a result"
 """The reason journaled when ``record_delivery`` makes a withheld tool resident."""
+
+UNCARRIED = "no result in the transcript shows its schema now"
+"""The reason journaled when ``withhold_uncarried`` withholds a tool."""
 
 MAX_DELIVERY_TOOLS = 1000
 """The most tools one delivery may carry."""
@@ -98,6 +104,32 @@ class DeliveryPart:
         ids = [i for i in dict.fromkeys(delivery_ids) if i in live]
         if ids:
             self._journal.commit(("drop_deliveries", {"ids": ids}))
+
+    def withhold_uncarried(self) -> list[str]:
+        """Withhold now every resident tool that is neither pinned nor carried by a delivery
+        still in the transcript, by the rule of ``prune`` (tombstoned if arguments of it are
+        visible, else evicted): what ``plan_turn(by_reference=True)`` would do to it.
+
+        For a host that delivers by reference only: by list, the list carries a resident tool.
+
+        Returns:
+            The tools withheld, in registration order (none: nothing is journaled).
+        """
+        state = self._journal.state
+        pinned = self._tools.pinned
+        items: list[Item] = []
+        withheld: list[str] = []
+        for name, current in state.states.items():
+            if current is not ToolState.RESIDENT or name in pinned or state.carried(name):
+                continue
+            dest = TOOL_LIFECYCLE.fire(current, "prune", record=name, facts=state.facts(name))
+            items.append(
+                ("transition", {"tool": name, "trigger": "prune", "dest": dest.value, "reason": UNCARRIED})
+            )
+            withheld.append(name)
+        if items:
+            self._journal.commit(*items)
+        return withheld
 
     def delivery(self, delivery_id: str) -> DeliveryRecord:
         """A recorded delivery. Raises ``NotFound`` for an unknown id."""

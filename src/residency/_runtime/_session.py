@@ -433,6 +433,10 @@ class Session:
     def drop_deliveries(self, *delivery_ids: str) -> None:
         self._deliveries.drop_deliveries(*delivery_ids)
 
+    @same_doc(DeliveryPart.withhold_uncarried)
+    def withhold_uncarried(self) -> list[str]:
+        return self._deliveries.withhold_uncarried()
+
     @same_doc(DeliveryPart.delivery)
     def delivery(self, delivery_id: str) -> DeliveryRecord:
         return self._deliveries.delivery(delivery_id)
