@@ -78,6 +78,7 @@ CHANGES = (
     "register_tools",
     "reground",
     "restore",
+    "withhold_uncarried",
     "revoke_pending",
     "summarize",
     "tombstone",
