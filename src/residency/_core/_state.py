@@ -246,6 +246,7 @@ def _call(s: SessionState, data: Mapping[str, Any]) -> None:
     s.argument_total += record.argument_tokens
     s.last_turn[name] = s.turn
     s.uses[name] = s.uses.get(name, 0) + 1
+    s.event(EventKind.CALLED, name, f"{record.id} via {via}" if via else record.id)
 
 
 def _evict_arguments(s: SessionState, data: Mapping[str, Any]) -> None:
