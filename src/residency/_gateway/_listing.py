@@ -93,6 +93,9 @@ class ToolListing:
         gw.telemetry.listed(gs.key, shown, gw.catalog_tokens())
         gs.delivery.served = tuple((n, h) for n, h, _ in listed)
         gs.delivery.unseen_change = False
+        # The view this list shows, kept: a later change (another session archiving the scope's
+        # first chain, say) is announced against what the client was served.
+        gs.view(gw.catalog)
         if is_modern(ctx):
             # Per caller and liable to change at any turn: never cached, never shared.
             return types.ListToolsResult(tools=tools, ttl_ms=0, cache_scope="private")
