@@ -99,6 +99,7 @@ class ResidencyStrategy(Strategy):
     """Minify + ``Session.plan_turn`` (stable) + tombstones + meta-tools (gateway semantics)."""
 
     name = "residency"
+    by_reference = False  # how every turn is planned (``plan_turn(by_reference=...)``)
 
     def __init__(
         self, toolset: Toolset, minify: Minifier, trace: Trace, budget: Budget | None = None
@@ -138,7 +139,7 @@ class ResidencyStrategy(Strategy):
 
     def _plan(self, phase: str | None) -> TurnPlan:
         start = time.perf_counter()
-        plan = self.session.plan_turn(self._budget, phase=phase)
+        plan = self.session.plan_turn(self._budget, phase=phase, by_reference=self.by_reference)
         self.tally.plan_seconds.append(time.perf_counter() - start)
         self.prompt.drop_arguments(plan.evictions)
         self.tally.argument_evictions += len(plan.evictions)
@@ -358,6 +359,7 @@ class ReferenceStrategy(ResidencyStrategy):
     """Delivery by reference: a fixed list; schemas in results; calls through ``call_tool``."""
 
     name = "residency-reference"
+    by_reference = True
 
     def __init__(self, toolset: Toolset, minify: Minifier, trace: Trace) -> None:
         super().__init__(toolset, minify, trace)
@@ -374,16 +376,6 @@ class ReferenceStrategy(ResidencyStrategy):
             self.session.drop_deliveries(*gone)
             for d in gone:
                 del self._delivered[d]
-
-    def _plan(self, phase: str | None) -> TurnPlan:
-        start = time.perf_counter()
-        plan = self.session.plan_turn(self._budget, phase=phase, by_reference=True)
-        self.tally.plan_seconds.append(time.perf_counter() - start)
-        self.prompt.drop_arguments(plan.evictions)
-        self.tally.argument_evictions += len(plan.evictions)
-        self._notice(dict.fromkeys([*self._pending, *plan.new_tombstones]))
-        self._pending = []
-        return plan
 
     def _show(self, plan: TurnPlan) -> None:
         """The fixed list: the pinned tools, then the meta-tools with ``call_tool``."""
