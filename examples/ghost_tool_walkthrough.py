@@ -1,7 +1,8 @@
 """Walk the ghost-tool scenario against ``residency serve`` with a plain ``mcp.Client``.
 
 Run it from a checkout (``python examples/ghost_tool_walkthrough.py``): it launches
-``python -m residency serve`` (the demo incident desk) over stdio, calls ``update_incident``,
+``python -m residency serve --delivery list`` (the demo incident desk, its tools delivered in
+the tool list, so the schema budget decides what is listed) over stdio, calls ``update_incident``,
 does read-only work until the schema budget withholds ``update_incident``, and shows that a
 call rebuilt from the old arguments is refused with the tombstone text instead of reaching the
 desk; then it re-expands the tool and makes the call properly.
@@ -37,7 +38,9 @@ def show(label: str, result: object) -> object:
 
 
 async def main() -> None:
-    server = StdioServerParameters(command=sys.executable, args=["-m", "residency", "serve"])
+    server = StdioServerParameters(
+        command=sys.executable, args=["-m", "residency", "serve", "--delivery", "list"]
+    )
     async with Client(server, mode="legacy") as client:
         listed = [t.name for t in (await client.list_tools()).tools]
         print("listed:", ", ".join(listed))

@@ -68,7 +68,9 @@ def test_a_valid_config_with_a_real_upstream_is_ok(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = gateway_file(
-        tmp_path, {"desk": DESK}, {"pinned": ["get_incident"], "phases": {"t": ["get_timeline"]}}
+        tmp_path,
+        {"desk": DESK},
+        {"pinned": ["get_incident"], "phases": {"t": ["get_timeline"]}, "delivery": "list"},
     )
     done = check(capsys, str(path))
     assert done.returncode == 0, done.stderr
@@ -88,6 +90,7 @@ def test_tools_no_upstream_offers_are_warned_about_with_their_key_and_line(
             "pinned": ["get_incident", "no_such_tool", "desk-a__list_incidents"],
             "phases": {"triage": ["ghost_tool"]},
             "read_only": ["desk-b__query_metrics"],
+            "delivery": "list",  # phases by reference would draw a warning of their own
         },
     )
     done = check(capsys, str(path))
@@ -230,6 +233,23 @@ def test_what_hosts_get_wrong_is_warned_about_without_connecting(
     ]
     assert "3 servers (1 disabled)" in captured.out and "4 warnings" in captured.out
     assert not (tmp_path / "relative.db").exists() and not (ROOT / "relative.db").exists()
+
+
+@pytest.mark.parametrize("delivery", [None, "reference", "list", "auto"])
+def test_phases_delivered_by_reference_are_pointed_out(
+    delivery: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    residency: dict[str, Any] = {"phases": {"t": ["get_timeline"]}}
+    if delivery is not None:
+        residency["delivery"] = delivery
+    path = gateway_file(tmp_path, {"desk": DESK}, residency)
+    assert main(["config", "check", "--no-connect", str(path)]) == 0
+    warnings = findings(capsys.readouterr().err, "warning")
+    if delivery in (None, "reference"):  # the default delivers by reference
+        (warning,) = warnings
+        assert "key 'residency.phases'" in warning and '"delivery" to "list" or "auto"' in warning
+    else:
+        assert warnings == []
 
 
 @pytest.mark.slow

@@ -18,7 +18,8 @@ from residency._tokens import count_tokens
 from tests._timing import START
 from tests.gateway.conftest import agent, running
 
-POLICY = {"budget": {"schema_tokens": 700}, "minify": "compact"}
+# Seed 000 is a scenario of delivery by list: the budget demotes update_incident from the list.
+POLICY = {"delivery": "list", "budget": {"schema_tokens": 700}, "minify": "compact"}
 UPDATE = {"incident_id": "INC-7", "severity": "SEV-2", "assignee": {"id": "u-42"}, "notify": True}
 
 
@@ -93,7 +94,15 @@ def test_view_accepts_the_store_id_and_prints_a_table(
 ) -> None:
     path, seen = served
     code, out, _ = _view(
-        capsys, "--store", str(path), "--session", f"gateway/{seen['key']}", "--minify", "compact"
+        capsys,
+        "--store",
+        str(path),
+        "--session",
+        f"gateway/{seen['key']}",
+        "--config",
+        str(path.parent / "gateway.json"),
+        "--minify",
+        "compact",
     )
     assert code == 0
     lines = out.splitlines()
@@ -111,8 +120,11 @@ def test_the_default_policy_is_the_demos(
     code, out, _ = _view(capsys, "--store", str(path), "--session", seen["key"], "--json")
     assert code == 0
     shown = json.loads(out)
-    assert shown["minify"] == "compact"  # ``residency serve`` with no --config
-    assert shown["total_tokens"] == sum(count_tokens(t) for t in seen["tools"])
+    # ``residency serve`` with no --config: compact, by reference, nothing pinned.
+    assert (shown["minify"], shown["delivery"]) == ("compact", "reference")
+    assert shown["tools"] == []
+    meta = list(listed_meta_tools(chains=False, offload=False, call_tool=True))
+    assert [m["name"] for m in shown["meta_tools"]] == meta
 
 
 def test_an_unknown_session_is_exit_2_naming_the_known_ones(
@@ -145,3 +157,45 @@ def test_viewing_changes_nothing(
     before = journal()
     assert _view(capsys, "--store", str(path), "--session", seen["key"])[0] == 0
     assert journal() == before
+
+
+def test_a_session_delivered_by_reference_is_viewed_as_its_fixed_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The default delivery: the list is the pinned tool and the meta-tools with call_tool,
+    # whatever the model found and called through call_tool meanwhile.
+    policy = {"pinned": ["get_incident"], "minify": "compact"}
+    path = tmp_path / "gateway.db"
+
+    async def serve() -> tuple[str, list[dict[str, Any]]]:
+        store = SQLiteStore(path)
+        try:
+            with anyio.fail_after(START):
+                async with running(policy, desk=IncidentDesk(), store=store) as gw, agent(gw, "legacy") as a:
+                    found = await a.call("search_tools", {"query": "add a note to an incident timeline"})
+                    assert not found.is_error
+                    note = {"name": "add_timeline_note", "arguments": {"incident_id": "INC-7", "note": "x"}}
+                    assert not (await a.call("call_tool", note)).is_error
+                    tools = await a.tools()
+                    return a.key, [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
+        finally:
+            store.close()
+
+    key, seen = anyio.run(serve)
+    config = tmp_path / "gateway.json"
+    config.write_text(json.dumps({"mcpServers": {}, "residency": policy}))
+    code, out, _ = _view(capsys, "--store", str(path), "--session", key, "--config", str(config), "--json")
+    assert code == 0
+    shown = json.loads(out)
+    listed = [(t["name"], t["tokens"]) for t in (*shown["tools"], *shown["meta_tools"])]
+    assert listed == [(t["name"], count_tokens(t)) for t in seen]
+    assert [t["name"] for t in shown["tools"]] == ["get_incident"]
+    assert "call_tool" in [m["name"] for m in shown["meta_tools"]]
+    assert shown["delivery"] == "reference"
+    # Read with the delivery by list instead, the same session shows its resident tools.
+    listed_config = tmp_path / "list.json"
+    listed_config.write_text(json.dumps({"mcpServers": {}, "residency": {**policy, "delivery": "list"}}))
+    code, out, _ = _view(
+        capsys, "--store", str(path), "--session", key, "--config", str(listed_config), "--json"
+    )
+    assert code == 0 and "add_timeline_note" in [t["name"] for t in json.loads(out)["tools"]]

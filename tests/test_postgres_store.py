@@ -681,7 +681,8 @@ async def test_serve_journals_to_postgresql_and_never_shows_the_password(
     url = with_params(with_password(base, PASSWORD), schema=schema)
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "residency", "serve", "--store", url, "--session", "desk-k"],
+        # by list: the re-expansion that outlives the process is probed through the list
+        args=["-m", "residency", "serve", "--store", url, "--session", "desk-k", "--delivery", "list"],
         env=dict(os.environ),
         cwd=str(ROOT),
     )

@@ -1,5 +1,7 @@
 """One HTTP gateway per test module, shared by its tests; each test keeps to sessions of its own.
 
+Two in fact, each started only if a test asks: ``gateway`` for the list scenario, and
+``reference_gateway`` for the by-reference task (``scenario.reference_config()``).
 A ``residency serve --transport http`` of the scenario config starts the first time a test of
 the module asks for ``gateway`` and stops after the module's last test. What a test does there
 is kept apart by session: a handshake-era connection is a session of its own (its
@@ -33,6 +35,20 @@ def shared_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]
 def gateway(shared_gateway: Shared) -> Served:
     """The module's shared HTTP gateway, its log starting with this test."""
     return shared_gateway.for_a_test()
+
+
+@pytest.fixture(scope="module")
+def shared_reference_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+    """The module's ``residency serve --transport http`` of ``scenario.reference_config()``."""
+    config = scenario.write_reference_config(tmp_path_factory.mktemp("reference"))
+    with serve_shared("--config", str(config)) as shared:
+        yield shared
+
+
+@pytest.fixture
+def reference_gateway(shared_reference_gateway: Shared) -> Served:
+    """The module's shared HTTP gateway of the by-reference task, its log starting with this test."""
+    return shared_reference_gateway.for_a_test()
 
 
 @pytest.fixture

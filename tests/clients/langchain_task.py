@@ -9,7 +9,8 @@ The plan::
     {"connection": {...},              # a langchain-mcp-adapters connection config
      "way": "session" | "quick",       # client.session() + load_mcp_tools, or client.get_tools()
      "relist_on_change": false,        # reload the tools after a step that brought list_changed
-     "steps": [{"op": "list"}, {"op": "call", "tool": NAME, "args": {...}}, ...]}
+     "steps": [{"op": "list"}, {"op": "call", "tool": NAME, "args": {...}}, ...,
+               {"op": "read", "uri": URI}, {"op": "raw_call", "tool": NAME, "args": {...}}]}
 
 An agent calls tools through the LangChain tool objects it holds, the way a LangGraph
 ``ToolNode`` does (``tool.ainvoke`` with a model tool call, giving a ``ToolMessage``). A ``list``
@@ -17,7 +18,11 @@ step replaces the tools it holds with the server's current list (as does any cal
 brought a ``list_changed``, when the plan asks the agent to follow those). A ``call`` of a tool the agent
 does not hold cannot be made through LangChain at all: the report says so (``held: false``) and
 then shows what the gateway answers when the same call is sent on a raw MCP session of the same
-client library, so both facts are on record.
+client library, so both facts are on record. ``read`` (a resource) and ``raw_call`` are what the
+test reads after the task, on a raw session (the quick path's: a new one), never through LangChain.
+
+The by-reference task needs nothing more: its list is the tools the agent loads once (the
+gateway never changes it), and every withheld tool is called through the ``call_tool`` it holds.
 
 A recording tool interceptor (the adapters' public ``tool_interceptors`` hook) keeps each raw
 ``CallToolResult`` (``isError``, ``_meta``) that LangChain turns into a ``ToolMessage``; the
@@ -43,6 +48,7 @@ from langchain_mcp_adapters.client import MultiServerMCPClient
 from langchain_mcp_adapters.interceptors import MCPToolCallRequest
 from langchain_mcp_adapters.tools import load_mcp_tools
 from mcp import ClientSession
+from pydantic import AnyUrl
 
 SERVER = "residency"
 STEP_TIMEOUT = 120.0 * float(os.environ.get("RESIDENCY_TEST_TIME_SCALE", "1"))
@@ -134,6 +140,22 @@ class Agent:
         async with self.client.session(SERVER) as session:
             return raw(await session.call_tool(name, args))
 
+    async def raw_call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        """A call on a raw MCP session, outside the agent's tools (a read after the task)."""
+        return {"tool": name, "mcp_session": await self._raw_call(name, args)}
+
+    async def read(self, uri: str) -> dict[str, Any]:
+        """A resource's text blocks, read on a raw MCP session (the quick path's: a new one)."""
+        if self.session is not None:
+            result = await self.session.read_resource(AnyUrl(uri))
+        else:
+            async with self.client.session(SERVER) as session:
+                result = await session.read_resource(AnyUrl(uri))
+        return {
+            "uri": uri,
+            "text": "".join(c.text for c in result.contents if isinstance(c, mt.TextResourceContents)),
+        }
+
 
 @asynccontextmanager
 async def agent_for(plan: dict[str, Any], recorder: Recorder) -> AsyncIterator[Agent]:
@@ -173,6 +195,10 @@ async def run(plan: dict[str, Any]) -> dict[str, Any]:
                     async with asyncio.timeout(STEP_TIMEOUT):
                         if step["op"] == "list":
                             entry.update(await agent.list())
+                        elif step["op"] == "read":
+                            entry.update(await agent.read(step["uri"]))
+                        elif step["op"] == "raw_call":
+                            entry.update(await agent.raw_call(step["tool"], step["args"]))
                         else:
                             heard = len(recorder.notifications)
                             entry.update(tool=step["tool"], **await agent.call(step["tool"], step["args"]))

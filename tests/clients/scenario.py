@@ -25,7 +25,25 @@ called, then pushed out), in a fixed, deterministic order:
 
 A client that lets the model call only the tools in its current list may stop a step itself
 (it refreshed its list after step 4, so ``add_timeline_note`` and ``close_incident`` are gone
-from it): the client tests record that as the client's behaviour.
+from it): the client tests record that as the client's behaviour. That scenario delivers by
+list (``"delivery": "list"``): it is about a list that changes.
+
+The by-reference task (``REFERENCE_STEPS``, ``reference_config()``) is the gateway on its
+default delivery: the list never changes (the pinned ``get_runbook`` and the meta-tools with
+``call_tool``), and every other tool is reached through a result. Every client, on its
+defaults, runs it; none needs to see a changed list:
+
+1. ``tools/list``                        -> ``REFERENCE_FIRST_LIST``
+2. call ``get_runbook`` (pinned)          -> the desk's runbook RB-1
+3. ``search_tools`` for a timeline note   -> ``add_timeline_note`` with its schema
+4. ``call_tool`` ``add_timeline_note``    -> ok (a tool the first list did not show)
+5. ``call_tool`` ``close_incident`` with invalid arguments -> ``arguments_invalid``, with the
+   full input schema in the text (the model has never seen it)
+6. ``call_tool`` ``close_incident`` with valid arguments -> forwarded (implicitly re-expanded)
+
+The search asks for one hit, so ``close_incident`` is a tool the model has never seen when it
+calls it. The gateway's event log then shows the two ``call_tool`` calls admitted (``called``
+events, ``calls_through_call_tool``) and none of a tombstoned tool (``forwarded_ghosts``).
 """
 
 from __future__ import annotations
@@ -34,6 +52,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from tests._timing import START
 
 BUDGET = 350
 INITIAL_TOOLS = ("close_incident", "add_timeline_note", "get_runbook")
@@ -63,23 +83,71 @@ STEPS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 """(label, tool, arguments) for steps 2-8, in order."""
 
 
+REFERENCE_PINNED = "get_runbook"
+REFERENCE_META_TOOLS = ("search_tools", "reexpand_tools", "call_tool", "archive_chain")
+REFERENCE_FIRST_LIST = (REFERENCE_PINNED, *REFERENCE_META_TOOLS)
+"""What a session delivered by reference lists, first to last, for its whole life here."""
+SEARCH_QUERY = "add a note to an incident timeline"
+REFERENCE_STEPS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("call the pinned tool", *RESIDENT_CALL),
+    ("search for a tool the list does not show", "search_tools", {"query": SEARCH_QUERY, "limit": 1}),
+    (
+        "call the found tool through call_tool",
+        "call_tool",
+        {"name": TOMBSTONED_TOOL, "arguments": FIRST_NOTE},
+    ),
+    (
+        "call an unseen tool with invalid arguments",
+        "call_tool",
+        {"name": EVICTED_TOOL, "arguments": EVICTED_INVALID},
+    ),
+    (
+        "call it with valid arguments",
+        "call_tool",
+        {"name": EVICTED_TOOL, "arguments": EVICTED_VALID},
+    ),
+)
+"""(label, tool, arguments) for steps 2-6 of the by-reference task, in order."""
+
+
+def _desk() -> dict[str, Any]:
+    return {"desk": {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}}
+
+
 def config() -> dict[str, Any]:
-    """The gateway config: the desk as a stdio upstream, a tight schema budget."""
+    """The gateway config: the desk as a stdio upstream, a tight schema budget, by list."""
     return {
-        "mcpServers": {
-            "desk": {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]},
-        },
+        "mcpServers": _desk(),
         "residency": {
             "budget": {"schema_tokens": BUDGET, "argument_tokens": 20000, "planner": "greedy"},
             "minify": "compact",
+            "delivery": "list",
+            # Serve once the desk is up (a loaded machine starts it slowly): the first list is
+            # the one every client test asserts.
+            "ready_wait": START,
         },
     }
 
 
-def write_config(directory: Path) -> Path:
-    """Write ``config()`` to ``directory/gateway.json`` and return its path."""
+def reference_config() -> dict[str, Any]:
+    """The by-reference task's config: the desk, one pinned tool, the default delivery."""
+    return {
+        "mcpServers": _desk(),
+        "residency": {"pinned": [REFERENCE_PINNED], "minify": "compact", "ready_wait": START},
+    }
+
+
+def write_config(directory: Path, body: dict[str, Any] | None = None) -> Path:
+    """Write ``body`` (default ``config()``) to ``directory/gateway.json`` and return its path."""
     path = directory / "gateway.json"
-    path.write_text(json.dumps(config(), indent=2), encoding="utf-8")
+    path.write_text(json.dumps(body if body is not None else config(), indent=2), encoding="utf-8")
+    return path
+
+
+def write_reference_config(directory: Path) -> Path:
+    """Write ``reference_config()`` to ``directory/reference.json`` and return its path."""
+    path = directory / "reference.json"
+    path.write_text(json.dumps(reference_config(), indent=2), encoding="utf-8")
     return path
 
 
@@ -105,3 +173,59 @@ def check_outcomes(outcomes: list[dict[str, Any]]) -> None:
     assert not implicit["is_error"] and '"status": "resolved"' in implicit["text"]
     assert not reexpanded["is_error"]
     assert not again["is_error"] and "INC-7" in again["text"]
+
+
+def check_reference_outcomes(outcomes: list[dict[str, Any]]) -> None:
+    """Assert what a client got back for each step of ``REFERENCE_STEPS``.
+
+    Args:
+        outcomes: one ``{"is_error": bool, "text": str}`` per step (the result's text blocks).
+    """
+    assert len(outcomes) == len(REFERENCE_STEPS)
+    runbook, found, note, invalid, closed = outcomes
+    assert not runbook["is_error"] and "RB-1" in runbook["text"]
+    # The hit carries its schema (compact JSON), and says how to call it.
+    assert not found["is_error"] and f'"name":"{TOMBSTONED_TOOL}"' in found["text"]
+    assert '"inputSchema"' in found["text"] and "call_tool" in found["text"]
+    assert not note["is_error"] and "INC-7" in note["text"]
+    assert invalid["is_error"] and "resolution" in invalid["text"] and '"minLength":10' in invalid["text"]
+    assert not closed["is_error"] and '"status": "resolved"' in closed["text"]
+
+
+_STATE_OF = {
+    "registered": "resident",
+    "reexpanded": "resident",
+    "readmitted": "resident",
+    "tombstoned": "tombstoned",
+    "evicted": "evicted",
+    "archived": "archived",
+}
+"""The tool state each tool event of ``residency://events`` leaves its subject in."""
+
+
+def forwarded_ghosts(events: list[dict[str, Any]]) -> int:
+    """Calls admitted while their tool was tombstoned, read from ``residency://events``.
+
+    Replays the tool states the event log records (``registered``, ``tombstoned``,
+    ``reexpanded``...; each names its tool as ``subject``) and counts the ``called`` events
+    (a call admitted, then forwarded) of a tool whose last state was ``tombstoned``: a ghost
+    call that reached the upstream. The gateway's admission makes this 0.
+    """
+    state: dict[str, str] = {}
+    ghosts = 0
+    for event in events:
+        kind, subject = event.get("kind"), str(event.get("subject", ""))
+        if kind in _STATE_OF:
+            state[subject] = _STATE_OF[str(kind)]
+        elif kind == "called" and state.get(subject) == "tombstoned":
+            ghosts += 1
+    return ghosts
+
+
+def calls_through_call_tool(events: list[dict[str, Any]]) -> list[str]:
+    """The tools of the ``called`` events that came through ``call_tool``, in order."""
+    return [
+        str(e.get("subject"))
+        for e in events
+        if e.get("kind") == "called" and str(e.get("detail", "")).endswith(" via call_tool")
+    ]

@@ -1,4 +1,4 @@
-"""The MCP Inspector CLI runs the scripted task through ``residency serve``, in every era it speaks.
+"""The MCP Inspector CLI runs the scripted tasks through ``residency serve``, in every era it speaks.
 
 The Inspector CLI (``@modelcontextprotocol/inspector``, ``--protocol-era legacy|auto|modern``)
 is one process per request, so each step is a new MCP connection. They share one gateway
@@ -12,7 +12,17 @@ The Inspector calls only tools that ``tools/list`` returned (otherwise it exits 
 tombstoned and the evicted tool out of the session's list, it therefore stops those steps on its
 own side: these tests record that as the client's behaviour, and check that such a call never
 reached the gateway. The list_changed the gateway sends is not observable from a one-shot CLI
-process; its next ``tools/list`` shows the change instead.
+process; its next ``tools/list`` shows the change instead. That is the list scenario
+(``scenario.STEPS``, delivered by list).
+
+By reference (``scenario.REFERENCE_STEPS``, the gateway's default delivery) the Inspector runs
+the whole task on its defaults: its list is the pinned tool and the meta-tools at every
+invocation, so ``search_tools`` and ``call_tool`` are always callable; a search hit carries the
+tool's schema, and ``--tool-name call_tool --tool-arg name=TOOL --tool-arg arguments=JSON`` (a
+``--tool-arg`` value is parsed as JSON when it is JSON) reaches a tool the list never showed.
+``--tool-metadata KEY=JSON`` puts ``_meta`` on the call, so the CLI can also report a result its
+user dropped (``residency/dropped_results``): the rebuilt call is then refused until
+``reexpand_tools``. A call whose result has ``isError`` exits 5, the result still on stdout.
 
 The npm packages come from ``tests/peers/package.json`` (``.ci/run`` installs them); without
 node or them these tests skip locally and fail when ``CI`` is set.
@@ -33,6 +43,7 @@ import pytest
 from residency._gateway._demo import desk_tools
 from tests._timing import scaled
 from tests.clients import scenario
+from tests.clients._desk_ready import desk_joined, write_ready_config, write_ready_reference_config
 from tests.clients._serve import ROOT, Ran, Served, run_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -45,6 +56,8 @@ SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 
 NOT_FOUND_EXIT = 5
 """The Inspector's exit status when asked to call a tool its tools/list did not return."""
+TOOL_ERROR_EXIT = 5
+"""Its exit status when the call's result has ``isError`` (the result is printed all the same)."""
 
 ERAS = pytest.mark.parametrize("era", ["legacy", "auto", "modern"])
 TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -83,7 +96,8 @@ def inspector_env(tmp_path: Path) -> dict[str, str]:
 
 @dataclass
 class Outcome:
-    """One Inspector run: the result it printed, or the error envelope it refused with."""
+    """One Inspector run: the result it printed, the error envelope it exited with, or both (a
+    result with ``isError``)."""
 
     ran: Ran
     result: dict[str, Any] | None = None
@@ -110,6 +124,15 @@ class Outcome:
         """The Inspector refused to send the call: the tool was not in its tools/list."""
         return self.error is not None and self.error.get("code") == "tool_not_found"
 
+    def check_exit(self) -> None:
+        """A result came back, and the Inspector exited as that result says (0, or 5 on isError)."""
+        assert self.result is not None, self.ran.explain()
+        if self.is_error:
+            assert self.ran.returncode == TOOL_ERROR_EXIT, self.ran.explain()
+            assert self.error is not None and self.error.get("code") == "tool_is_error", self.ran.explain()
+        else:
+            assert self.ran.returncode == 0 and self.error is None, self.ran.explain()
+
 
 @dataclass
 class Inspector:
@@ -128,10 +151,12 @@ class Inspector:
             envelope = json.loads(ran.stdout)
             assert "result" in envelope, ran.explain()
             return Outcome(ran, result=envelope["result"])
-        # Under -q the error envelope is the last JSON line on stderr.
+        # Under -q the error envelope is the last JSON line on stderr; a result with isError is
+        # on stdout all the same.
         lines = [line for line in ran.stderr.splitlines() if line.startswith("{")]
         assert lines, ran.explain()
-        return Outcome(ran, error=json.loads(lines[-1])["error"])
+        result = json.loads(ran.stdout).get("result") if ran.stdout.startswith("{") else None
+        return Outcome(ran, result=result, error=json.loads(lines[-1])["error"])
 
     async def tools(self) -> dict[str, dict[str, Any]]:
         listed = await self.run("--method", "tools/list")
@@ -143,15 +168,42 @@ class Inspector:
             "--method", "tools/call", "--tool-name", name, "--tool-args-json", json.dumps(arguments)
         )
 
+    async def events(self) -> list[dict[str, Any]]:
+        """The session's event log (``resources/read`` of ``residency://events``)."""
+        read = await self.run("--method", "resources/read", "--uri", "residency://events")
+        assert read.result is not None, read.ran.explain()
+        (contents,) = read.result["contents"]
+        events: list[dict[str, Any]] = json.loads(contents["text"])
+        return events
+
+    async def names(self) -> list[str]:
+        """The names ``tools/list`` returns, in its order."""
+        return list(await self.tools())
+
+    async def call_through(
+        self, name: str, arguments: dict[str, Any], dropped: list[str] | None = None
+    ) -> Outcome:
+        """``call_tool(name, arguments)`` as a user of the CLI types it: one ``--tool-arg`` per
+        argument (the JSON one parsed), and ``dropped`` as ``residency/dropped_results`` in the
+        call's ``_meta`` (``--tool-metadata``)."""
+        method = ["--method", "tools/call", "--tool-name", "call_tool"]
+        method += ["--tool-arg", f"name={name}", "--tool-arg", f"arguments={json.dumps(arguments)}"]
+        if dropped is not None:
+            method += ["--tool-metadata", f"residency/dropped_results={json.dumps(dropped)}"]
+        return await self.run(*method)
+
 
 def over_http(served: Served, key: str, era: str, env: dict[str, str]) -> Inspector:
     """The Inspector on session ``key`` of the HTTP gateway ``served``."""
     return Inspector((served.url, "--header", f"Residency-Session: {key}"), era, env)
 
 
-def over_stdio(key: str, era: str, tmp_path: Path, env: dict[str, str]) -> Inspector:
-    """The Inspector starting a gateway per run, each resuming session ``key`` from one store."""
-    config = scenario.write_config(tmp_path)
+def over_stdio(
+    key: str, era: str, tmp_path: Path, env: dict[str, str], config: Path | None = None
+) -> Inspector:
+    """The Inspector starting a gateway per run, each resuming session ``key`` from one store;
+    ``config``: the gateway's (default ``scenario.config()``, serving once its desk is up)."""
+    config = write_ready_config(tmp_path) if config is None else config
     # The server command goes through a catalog file: on the Inspector's command line, options
     # such as --config would be read as its own.
     store = f"sqlite:///{(tmp_path / 'sessions.db').resolve()}"
@@ -213,6 +265,7 @@ async def test_the_inspector_runs_the_scripted_task_one_process_per_step(
     served: Served | None = None
     if transport == "http":
         served = request.getfixturevalue("gateway")  # its log() holds only this test's lines
+        await desk_joined(served)
         cli = over_http(served, session_key, era, inspector_env)
     else:
         cli = over_stdio(session_key, era, tmp_path, inspector_env)
@@ -252,3 +305,81 @@ async def test_the_inspector_runs_the_scripted_task_one_process_per_step(
         log = served.log()
         assert "call refused" not in log, log
         assert re.search(rf"\btool={scenario.EVICTED_TOOL}\b", log) is None, log
+
+
+@ERAS
+@TRANSPORTS
+async def test_the_inspector_runs_the_reference_task_one_process_per_step(
+    transport: str,
+    era: str,
+    tmp_path: Path,
+    session_key: str,
+    request: pytest.FixtureRequest,
+    inspector_env: dict[str, str],
+) -> None:
+    """The by-reference task, then the report of the dropped search result: one process a step."""
+    if transport == "http":
+        served: Served = request.getfixturevalue("reference_gateway")
+        await desk_joined(served)
+        cli = over_http(served, session_key, era, inspector_env)
+    else:
+        config = write_ready_reference_config(tmp_path)
+        cli = over_stdio(session_key, era, tmp_path, inspector_env, config)
+
+    # The list: the pinned tool and the meta-tools (call_tool among them), at every invocation.
+    assert await cli.names() == list(scenario.REFERENCE_FIRST_LIST)
+    outcomes: list[Outcome] = []
+    for _, tool, arguments in scenario.REFERENCE_STEPS:
+        if tool == "call_tool":
+            outcome = await cli.call_through(arguments["name"], arguments["arguments"])
+        else:
+            outcome = await cli.call(tool, arguments)
+        outcome.check_exit()
+        outcomes.append(outcome)
+    scenario.check_reference_outcomes([{"is_error": o.is_error, "text": o.text} for o in outcomes])
+    runbook, found, note, invalid, closed = outcomes
+    # The CLI does not say which era it negotiated; a 2026-07-28 result carries the server's
+    # identity in _meta, a handshake one not.
+    assert (SERVER_INFO in (runbook.result or {}).get("_meta", {})) is (era != "legacy")
+    # A search hit with its schema, and the id of the result that delivered it.
+    assert found.result is not None
+    (hit, *_) = found.result["structuredContent"]["tools"]
+    assert hit["name"] == scenario.TOMBSTONED_TOOL
+    assert hit["definition"]["inputSchema"]["required"] == ["incident_id", "note"]
+    delivery = found.result["_meta"]["residency/result"]
+    # The found tool and the unseen one reached the desk through call_tool.
+    assert (note.result or {})["structuredContent"]["incident_id"] == "INC-7"
+    assert invalid.reason == "arguments_invalid"
+    start = invalid.text.find("{")
+    assert json.JSONDecoder().raw_decode(invalid.text[start:])[0] == full_schema(scenario.EVICTED_TOOL)
+    # (its result carries the schema too, in a text block of its own: it was implicitly re-expanded)
+    assert (closed.result or {})["structuredContent"]["status"] == "resolved"
+    assert await cli.names() == list(scenario.REFERENCE_FIRST_LIST)
+
+    # The host report: the search result is dropped, and the call rebuilt from the first note's
+    # arguments (still in view) is refused; re-expanded, the tool is called again.
+    ghost = await cli.call_through(scenario.TOMBSTONED_TOOL, dict(scenario.FIRST_NOTE), dropped=[delivery])
+    ghost.check_exit()
+    assert ghost.is_error and ghost.reason == "tool_not_resident", ghost.ran.explain()
+    assert ghost.text.startswith(f"{scenario.TOMBSTONED_TOOL}: mutation tool schema withheld")
+    assert "reexpand_tools" in ghost.text
+    reexpanded = await cli.call("reexpand_tools", {"names": [scenario.TOMBSTONED_TOOL]})
+    reexpanded.check_exit()
+    again = await cli.call_through(scenario.TOMBSTONED_TOOL, dict(scenario.FIRST_NOTE))
+    again.check_exit()
+    assert (again.result or {})["structuredContent"]["incident_id"] == "INC-7"
+    assert await cli.names() == list(scenario.REFERENCE_FIRST_LIST)
+
+    # The session's event log (over stdio kept in the store every run resumes): the report
+    # tombstoned the note tool, the rebuilt call was refused and never admitted; the calls
+    # admitted (then forwarded) through call_tool are the task's two and the retry.
+    events = await cli.events()
+    kinds = [(e["kind"], e["subject"]) for e in events]
+    assert ("tombstoned", scenario.TOMBSTONED_TOOL) in kinds
+    assert ("refused", scenario.TOMBSTONED_TOOL) in kinds
+    assert scenario.calls_through_call_tool(events) == [
+        scenario.TOMBSTONED_TOOL,
+        scenario.EVICTED_TOOL,
+        scenario.TOMBSTONED_TOOL,
+    ]
+    assert scenario.forwarded_ghosts(events) == 0

@@ -2,7 +2,8 @@
 
 The agent is a real ``agents.Agent`` run by the real ``Runner`` with a real ``MCPServerStdio`` or
 ``MCPServerStreamableHttp``; only the model is scripted (a ``Model`` subclass that makes the calls
-of ``scenario.STEPS``, one per turn, and records the tool outputs the runner hands back to it).
+of ``scenario.STEPS``, or of the by-reference task's ``scenario.REFERENCE_STEPS``, one per turn,
+and records the tool outputs the runner hands back to it).
 Tracing is off and no OpenAI client is ever built: nothing leaves the machine. The gateway is a
 real ``residency serve`` process: openai-agents launches it over stdio, or connects to it over
 streamable HTTP (the module's shared gateway, ``conftest.py``, in a session of the test's own).
@@ -26,16 +27,26 @@ What openai-agents 0.24 (on mcp 2.3.0) does, read from its source and pinned by 
   schema must be present (``UserError``; the model reads the failure function's text, by default
   a fixed "An error occurred while running the tool. Please try again.").
 - A result with ``isError`` is handed to the model as its text, like any other output.
+
+By reference (the gateway's default delivery, ``scenario.reference_config()``), none of that is
+in the way, cached list or not: the list openai-agents fetches first is the session's list for
+good (the pinned tool and the meta-tools with ``call_tool``), so with ``cache_tools_list=True`` it
+lists once and every turn offers the model exactly that list. The model finds a withheld tool
+with ``search_tools`` (the hit carries its schema) and calls it through ``call_tool``, which is in
+the list: openai-agents' own check sees only ``call_tool``'s schema (``name`` required), so even
+invalid arguments reach the gateway, and the model reads its refusal with the full schema. The
+event log shows those calls ``via call_tool`` and no ghost; the desk holds what they did.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 import mcp_types as types
@@ -47,10 +58,13 @@ from agents.mcp.util import MCPToolCustomDataContext
 from agents.models.interface import Model
 from agents.tool import default_tool_error_function
 from agents.tool_context import ToolContext
+from mcp.client.stdio import stdio_client
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from tests._timing import CLEANUP, scaled
-from tests.clients._serve import HttpSession, http_session
+from tests.clients import scenario
+from tests.clients._desk_ready import desk_joined, write_ready_config, write_ready_reference_config
+from tests.clients._serve import HttpSession, Served
 from tests.clients.scenario import (
     EVICTED_TOOL,
     INITIAL_TOOLS,
@@ -59,7 +73,6 @@ from tests.clients.scenario import (
     STEPS,
     TOMBSTONED_TOOL,
     serve_command,
-    write_config,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -105,6 +118,8 @@ class Turn:
     arguments: dict[str, Any]
     offered: frozenset[str]
     """The tool names the runner offered the model on the turn that made this call."""
+    listed: tuple[str, ...] = ()
+    """The same names, in the order the runner offered them."""
     output: str = ""
     """The tool output the model read (text blocks joined); empty when it read none."""
     reached: Reached | None = None
@@ -120,6 +135,7 @@ class ScriptedModel(Model):
         self.steps = steps
         self.turns: list[Turn] = []
         self.last_offered: frozenset[str] = frozenset()
+        self.last_listed: tuple[str, ...] = ()
 
     async def get_response(
         self,
@@ -137,7 +153,8 @@ class ScriptedModel(Model):
     ) -> ModelResponse:
         if self.turns and isinstance(input, list):
             self._record(input)
-        self.last_offered = frozenset(tool.name for tool in tools)
+        self.last_listed = tuple(tool.name for tool in tools)
+        self.last_offered = frozenset(self.last_listed)
         step = len(self.turns)
         if step == len(self.steps):
             text = ResponseOutputText(type="output_text", text="INC-7 is closed.", annotations=[])
@@ -146,7 +163,7 @@ class ScriptedModel(Model):
             )
             return ModelResponse(output=[message], usage=Usage(), response_id=None)
         label, tool, arguments = self.steps[step]
-        self.turns.append(Turn(label, tool, dict(arguments), self.last_offered))
+        self.turns.append(Turn(label, tool, dict(arguments), self.last_offered, self.last_listed))
         call = ResponseFunctionToolCall(
             type="function_call",
             id=f"fc-{step}",
@@ -209,6 +226,10 @@ class Run:
     events: list[dict[str, Any]]
     output: Any = None
     error: ModelBehaviorError | None = None
+    cached: tuple[str, ...] | None = None
+    """The names of the last list openai-agents fetched (``cached_tools``; None: it fetched none)."""
+    timeline: list[str] | None = None
+    """INC-7's timeline on the desk after the run, when the run asked for it."""
 
     @property
     def turns(self) -> list[Turn]:
@@ -218,12 +239,30 @@ class Run:
         return [e["subject"] for e in self.events if e["kind"] == kind]
 
 
+class LoggedStdio(MCPServerStdio):
+    """``MCPServerStdio`` with the gateway's stderr in a file of the test's (``errlog``), which
+    ``MCPServerStdio`` leaves to the interpreter's stderr; nothing else differs."""
+
+    def __init__(self, *args: Any, errlog: TextIO, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.errlog = errlog
+
+    def create_streams(self) -> Any:
+        return stdio_client(self.params, errlog=self.errlog)
+
+
 @asynccontextmanager
 async def server_for(
-    tmp_path: Path, http: HttpSession | None, recorder: Recorder, *, cache_tools_list: bool
+    config: Path,
+    http: HttpSession | None,
+    recorder: Recorder,
+    *,
+    cache_tools_list: bool,
+    errlog: Path | None = None,
 ) -> AsyncIterator[MCPServerStdio | MCPServerStreamableHttp]:
-    """A connected openai-agents MCP server on a ``residency serve`` of the scenario config: a
-    fresh process over stdio (``http`` None), a fresh session of the shared one over HTTP."""
+    """A connected openai-agents MCP server on a ``residency serve``: a fresh process of
+    ``config`` over stdio (``http`` None; its stderr to ``errlog`` if given), a fresh session
+    of a shared one over HTTP."""
     hooks: dict[str, Any] = {
         "cache_tools_list": cache_tools_list,
         "client_session_timeout_seconds": REQUEST_TIMEOUT,
@@ -234,8 +273,14 @@ async def server_for(
     async with AsyncExitStack() as stack:
         server: MCPServerStdio | MCPServerStreamableHttp
         if http is None:
-            command, *args = serve_command(write_config(tmp_path))
-            server = MCPServerStdio(params={"command": command, "args": args}, name="residency", **hooks)
+            command, *args = serve_command(config)
+            if errlog is None:
+                server = MCPServerStdio(params={"command": command, "args": args}, name="residency", **hooks)
+            else:
+                log = stack.enter_context(errlog.open("w", encoding="utf-8"))
+                server = LoggedStdio(
+                    params={"command": command, "args": args}, name="residency", errlog=log, **hooks
+                )
         else:
             # 2026-07-28 HTTP has no protocol session: the client names its residency session.
             params: MCPServerStreamableHttpParams = {
@@ -262,35 +307,76 @@ async def run_scenario(
     cache_tools_list: bool = False,
     raise_on_unknown_tool: bool = False,
     steps: Sequence[Step] = STEPS,
+    config: Path | None = None,
+    read_timeline: bool = False,
+    errlog: Path | None = None,
 ) -> Run:
+    """Run ``steps`` through openai-agents on a gateway of ``config`` (default the list scenario's,
+    serving once its desk is up; over HTTP, the gateway ``http`` names is already running its
+    own). ``read_timeline``: read INC-7's timeline from the desk afterwards (through
+    ``call_tool``, not through the model); ``errlog``: over stdio, where the gateway's stderr goes."""
     model = ScriptedModel(steps)
     recorder = Recorder()
     agent = Agent(name="incident-desk", instructions="Work incident INC-7.", model=model)
-    config = RunConfig(
+    run_config = RunConfig(
         tracing_disabled=True,
         tool_not_found_behavior="raise_error" if raise_on_unknown_tool else "return_error_to_model",
     )
     output: Any = None
     error: ModelBehaviorError | None = None
+    timeline: list[str] | None = None
+    config_path = config if config is not None else write_ready_config(tmp_path)
     with anyio.fail_after(RUN_LIMIT):
-        async with server_for(tmp_path, http, recorder, cache_tools_list=cache_tools_list) as server:
+        async with server_for(
+            config_path, http, recorder, cache_tools_list=cache_tools_list, errlog=errlog
+        ) as server:
             assert server.session is not None
             assert server.session.protocol_version == MODERN
             agent.mcp_servers = [server]
             try:
-                result = await Runner.run(agent, "Close INC-7.", run_config=config, max_turns=len(steps) + 2)
+                result = await Runner.run(
+                    agent, "Close INC-7.", run_config=run_config, max_turns=len(steps) + 2
+                )
                 output = result.final_output
             except ModelBehaviorError as exc:
                 if not raise_on_unknown_tool:
                     raise
                 error = exc
             read = await server.read_resource("residency://events")
+            cached = server.cached_tools
+            if read_timeline:
+                timeline = await desk_timeline(server)
     for step, turn in enumerate(model.turns):
         turn.reached = recorder.reached.get(_call_id(step))
         turn.failure = recorder.failures.get(_call_id(step))
     events = read.contents[0]
     assert isinstance(events, types.TextResourceContents)
-    return Run(model, recorder, json.loads(events.text), output, error)
+    names = None if cached is None else tuple(tool.name for tool in cached)
+    return Run(model, recorder, json.loads(events.text), output, error, names, timeline)
+
+
+async def desk_timeline(server: MCPServerStdio | MCPServerStreamableHttp) -> list[str]:
+    """INC-7's timeline as the desk holds it, read through ``call_tool`` (the only way there)."""
+    arguments = {"name": "get_timeline", "arguments": {"incident_id": "INC-7"}}
+    result = await server.call_tool("call_tool", arguments)
+    assert not result.is_error, result
+    texts = [block.text for block in result.content if isinstance(block, types.TextContent)]
+    # The desk's own answer comes first; an implicit re-expansion adds the schema in a block after.
+    timeline: list[str] = json.loads(texts[0])["timeline"]
+    return timeline
+
+
+async def http_session(
+    transport: str, request: pytest.FixtureRequest, gateway: str = "gateway"
+) -> HttpSession | None:
+    """For a test run over ``transport``: over ``"http"`` a session of its own on the module's
+    shared gateway of that fixture (``conftest.py``), once its desk has joined it; over stdio None
+    (openai-agents starts the gateway itself)."""
+    if transport == "stdio":
+        return None
+    served: Served = request.getfixturevalue(gateway)
+    await desk_joined(served)
+    return HttpSession(served.url, request.getfixturevalue("session_key"))
 
 
 def assert_common_steps(run: Run) -> None:
@@ -315,7 +401,7 @@ def assert_common_steps(run: Run) -> None:
 async def test_openai_agents_relists_every_turn_and_refuses_withdrawn_tools_itself(
     transport: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    run = await run_scenario(tmp_path, http=http_session(transport, request))
+    run = await run_scenario(tmp_path, http=await http_session(transport, request))
     assert_common_steps(run)
     after_push = run.turns[3].offered
     assert PUSHED_OUT in after_push
@@ -333,7 +419,7 @@ async def test_openai_agents_relists_every_turn_and_refuses_withdrawn_tools_itse
 async def test_openai_agents_with_a_cached_list_sends_withdrawn_tools_to_the_gateway(
     transport: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    run = await run_scenario(tmp_path, http=http_session(transport, request), cache_tools_list=True)
+    run = await run_scenario(tmp_path, http=await http_session(transport, request), cache_tools_list=True)
     assert_common_steps(run)
     assert all(turn.offered == FIRST_LIST for turn in run.turns)
     refused, invalid, implicit = (run.turns[step] for step in REFUSED_STEPS)
@@ -390,3 +476,108 @@ async def test_a_tool_reexpanded_mid_run_is_callable_only_when_openai_agents_rel
         assert newcomer.offered == FIRST_LIST
         assert newcomer.reached is None
         assert newcomer.output == f"Tool '{PUSHED_OUT}' not found."
+
+
+# -- the by-reference task ------------------------------------------------------------------------
+
+_FORWARDED = re.compile(
+    r"call forwarded session=(\S+) tool=(\S+) upstream=\S+ \S+ (?:ok|error)(?: via=(\S+))?$"
+)
+_LISTED = re.compile(r"tools listed session=(\S+) ")
+
+
+@dataclass
+class GatewayLog:
+    """What the gateway's stderr says it did for one session (its INFO lines, ``_telemetry``)."""
+
+    forwarded: list[tuple[str, str]]
+    """(tool, via) of each call forwarded upstream, in order; via is "" for a direct call."""
+    lists: int
+    """``tools/list`` requests answered."""
+
+
+def gateway_log(text: str, session: str | None = None) -> GatewayLog:
+    """Read ``text`` (a gateway's stderr) for ``session``, or for its only session (stdio)."""
+    lines = text.splitlines()
+    if session is None:
+        sessions = {m.group(1) for line in lines if (m := _LISTED.search(line) or _FORWARDED.search(line))}
+        assert len(sessions) == 1, sessions
+        (session,) = sessions
+    forwarded = [
+        (m.group(2), m.group(3) or "")
+        for line in lines
+        if (m := _FORWARDED.search(line)) and m.group(1) == session
+    ]
+    lists = sum(1 for line in lines if (m := _LISTED.search(line)) and m.group(1) == session)
+    return GatewayLog(forwarded, lists)
+
+
+def reference_outcomes(run: Run) -> list[dict[str, Any]]:
+    """Each turn's result as ``scenario.check_reference_outcomes`` reads it: the gateway's flag
+    (every call reached it) and the text the model read."""
+    got = []
+    for turn in run.turns:
+        assert turn.reached is not None and turn.failure is None, turn
+        got.append({"is_error": bool(turn.reached.is_error), "text": turn.output})
+    return got
+
+
+@pytest.mark.parametrize("cache_tools_list", [True, False], ids=["cached", "relisted"])
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_openai_agents_runs_the_task_by_reference_with_its_first_list(
+    transport: str, cache_tools_list: bool, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """With ``cache_tools_list=True`` openai-agents lists once and offers that list on every turn
+    (on its default, ``False``, it lists every turn and gets the same list): by reference the list
+    never changes, and the withheld tools are reached through ``call_tool``, a tool of that list.
+    The search result hands the model the schema, and the call goes through."""
+    http = await http_session(transport, request, "reference_gateway")
+    run = await run_scenario(
+        tmp_path,
+        http=http,
+        cache_tools_list=cache_tools_list,
+        steps=scenario.REFERENCE_STEPS,
+        config=write_ready_reference_config(tmp_path) if http is None else None,
+        read_timeline=True,
+        errlog=tmp_path / "gateway.log" if http is None else None,
+    )
+    assert run.output == "INC-7 is closed."
+    assert run.cached == scenario.REFERENCE_FIRST_LIST
+    assert all(turn.listed == scenario.REFERENCE_FIRST_LIST for turn in run.turns)
+    scenario.check_reference_outcomes(reference_outcomes(run))
+    _, _, note, invalid, closed = run.turns
+    # Invalid arguments inside call_tool's "arguments" pass openai-agents' own check of the cached
+    # schema (call_tool's), so the gateway's refusal, with the full schema, is what the model reads.
+    assert invalid.reached == Reached(True, "arguments_invalid")
+    assert note.reached == closed.reached == Reached(False, None)
+    # Nothing was announced (this era has no list_changed; openai-agents opens no listen stream).
+    assert not any(isinstance(n, types.ToolListChangedNotification) for n in run.recorder.notifications)
+
+    # The event log: the pinned tool called by name, the withheld ones through call_tool (the
+    # invalid call refused, not called), and no ghost: no tool was ever tombstoned.
+    assert run.event_subjects("called") == [scenario.REFERENCE_PINNED, TOMBSTONED_TOOL, EVICTED_TOOL]
+    assert scenario.calls_through_call_tool(run.events) == [TOMBSTONED_TOOL, EVICTED_TOOL]
+    assert run.event_subjects("refused") == [EVICTED_TOOL]
+    assert run.event_subjects("tombstoned") == []
+    assert scenario.forwarded_ghosts(run.events) == 0
+    # The desk has what the calls did: the note in INC-7's timeline where the desk's answer put it,
+    # and the resolution.
+    assert run.timeline is not None
+    entries = json.loads(note.output)["entries"]
+    assert run.timeline[entries - 1] == f"note: {scenario.FIRST_NOTE['note']}"
+    assert f"resolved: {scenario.EVICTED_VALID['resolution']}" in run.timeline
+    # And so does the gateway's log: openai-agents listed once (or once a turn, the final answer's
+    # included), the withheld tools (and the desk read above) went through call_tool, and nothing
+    # else was forwarded.
+    if http is None:
+        log = gateway_log((tmp_path / "gateway.log").read_text(encoding="utf-8"))
+    else:
+        served: Served = request.getfixturevalue("reference_gateway")
+        log = gateway_log(served.log(), http.key)
+    assert log.lists == (1 if cache_tools_list else len(run.turns) + 1)
+    assert log.forwarded == [
+        (scenario.REFERENCE_PINNED, ""),
+        (scenario.TOMBSTONED_TOOL, "call_tool"),
+        (scenario.EVICTED_TOOL, "call_tool"),
+        ("get_timeline", "call_tool"),
+    ]

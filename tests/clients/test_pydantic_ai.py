@@ -1,10 +1,12 @@
-"""pydantic-ai runs the client scenario through ``residency serve`` (a scripted model, no LLM).
+"""pydantic-ai runs the client scenarios through ``residency serve`` (a scripted model, no LLM).
 
 The agent is a real ``pydantic_ai.Agent`` with a real ``MCPToolset``; only the model is scripted
-(a ``FunctionModel`` that makes the calls of ``scenario.STEPS``, one per turn, and records what
-pydantic-ai hands back to it). The gateway is a real ``residency serve`` process: pydantic-ai
-launches it over stdio, or connects to it over streamable HTTP (the module's shared gateway,
-``conftest.py``, in a session of the test's own).
+(a ``FunctionModel`` that makes the calls of ``scenario.STEPS``, or of the by-reference task's
+``scenario.REFERENCE_STEPS``, one per turn, and records what pydantic-ai hands back to it). The
+gateway is a real ``residency serve`` process: pydantic-ai launches it over stdio, or connects to
+it over streamable HTTP (the module's shared gateways, ``conftest.py``, in a session of the
+test's own). The list scenario delivers by list (``scenario.config()``); the by-reference task
+runs the gateway on its default delivery (``scenario.reference_config()``).
 
 What pydantic-ai-slim 2.68 (on fastmcp 4.2.3 and mcp 2.3.0) does, read from its source and pinned
 by the tests below:
@@ -13,9 +15,10 @@ by the tests below:
   URL; extra ``headers`` are sent on every request).
 - Era: ``MCPToolset`` has no option for it; its fastmcp ``Client.mode`` decides. The default,
   ``"auto"``, probes ``server/discover`` and adopts 2026-07-28 against residency; ``"legacy"``
-  uses the initialize handshake (2025-11-25). The tests set ``mode`` on the toolset's own client:
-  a pre-built ``fastmcp.Client`` (the documented way to configure one) would lose the handler
-  that drops the tool cache on ``list_changed``.
+  uses the initialize handshake (2025-11-25). The list tests set ``mode`` on the toolset's own
+  client: a pre-built ``fastmcp.Client`` (the documented way to configure one) would lose the
+  handler that drops the tool cache on ``list_changed`` (pydantic-ai installs it only on a
+  client it builds, and refuses its own client options next to a pre-built one).
 - Tool list: cached while the toolset is entered (``cache_tools=True``, the default) and dropped
   on ``notifications/tools/list_changed``. fastmcp never opens ``subscriptions/listen``, so in the
   2026-07-28 era nothing refreshes it: the model keeps the first list for the whole run, so a
@@ -29,6 +32,18 @@ by the tests below:
   the model gets the server's text as a retried tool return (cause ``model_retry``). Both count
   against the agent's retry budget. Arguments are only checked to be a JSON object; the server
   validates them.
+- A successful result whose blocks are all text and that has ``structuredContent`` reaches the
+  model as the structured content alone (else its blocks, a JSON text parsed): the text is lost.
+- By reference (the gateway's default delivery) the first list is the session's list for good
+  (the pinned ``get_runbook`` and the meta-tools with ``call_tool``), so the frozen cache is
+  true: on its defaults over stdio and HTTP (2026-07-28), and through a pre-built ``Client``
+  in ``mode="legacy"`` (no list_changed handler, none needed), the model finds a withheld tool
+  with ``search_tools`` and calls it through ``call_tool``; the gateway validates, refuses
+  invalid arguments with the full schema, and forwards. The search result reaches the model as
+  its structured content: the hits' schemas (``definition``) and the ``hint`` on calling them
+  through ``call_tool`` (the text's own line does not reach the model).
+  pydantic-ai lists the tools once per run and announces nothing. The forwarded calls are read
+  from ``residency://events`` (``called`` events) and from the gateway's log (``via=call_tool``).
 - A stdio toolset keeps its subprocess (hence its residency session) alive across agent runs
   unless ``keep_alive=False``; the tests turn it off so that every test's gateway ends with it.
 """
@@ -36,6 +51,7 @@ by the tests below:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -45,6 +61,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
@@ -59,18 +76,25 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from residency._gateway import CALL_HINT
 from tests._timing import CLEANUP, START, scaled
-from tests.clients._serve import HttpSession, http_session
+from tests.clients._serve import HttpSession, Served, http_session
 from tests.clients.scenario import (
     EVICTED_TOOL,
     INITIAL_TOOLS,
     META_TOOLS,
     PUSH_OUT,
+    REFERENCE_FIRST_LIST,
+    REFERENCE_STEPS,
     STEPS,
     TOMBSTONED_TOOL,
+    calls_through_call_tool,
     check_outcomes,
+    check_reference_outcomes,
+    forwarded_ghosts,
     serve_command,
     write_config,
+    write_reference_config,
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -125,13 +149,16 @@ class ScriptedModel:
         self.steps = steps
         self.turns: list[Turn] = []
         self.last_offered: frozenset[str] = frozenset()
+        self.offered_lists: list[tuple[str, ...]] = []
+        """The tool names offered on every model request, in pydantic-ai's order (the final answer's last)."""
 
     def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if self.turns:
             last = messages[-1]
             assert isinstance(last, ModelRequest)
             self._record(last)
-        self.last_offered = frozenset(tool.name for tool in info.function_tools)
+        self.offered_lists.append(tuple(tool.name for tool in info.function_tools))
+        self.last_offered = frozenset(self.offered_lists[-1])
         step = len(self.turns)
         if step == len(self.steps):
             return ModelResponse(parts=[TextPart("INC-7 is closed.")])
@@ -159,6 +186,10 @@ class Run:
     output: str
     notifications: list[Any]
     events: list[dict[str, Any]]
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    """What the gateway answered each call, as the toolset's client received it (``record_answers``)."""
+    log: str = ""
+    """The gateway's stderr over the run (its telemetry lines among it)."""
 
     @property
     def turns(self) -> list[Turn]:
@@ -169,6 +200,25 @@ class Run:
 
     def event_subjects(self, kind: str) -> list[str]:
         return [e["subject"] for e in self.events if e["kind"] == kind]
+
+    def model_outcomes(self) -> list[dict[str, Any]]:
+        """What pydantic-ai handed the model for each call, as ``{"is_error", "text"}``."""
+        return [{"is_error": turn.outcome != "success", "text": turn.text} for turn in self.turns]
+
+
+def stdio_gateway(config: Path, tmp_path: Path, stack: AsyncExitStack) -> StdioTransport:
+    """fastmcp's ``StdioTransport`` of ``residency serve`` on ``config``, its stderr in
+    ``tmp_path/gateway.log``; ``stack`` closes it."""
+    command, *args = serve_command(config)
+    stdio = StdioTransport(command, args, keep_alive=False, log_file=tmp_path / "gateway.log")
+
+    async def close_stdio() -> None:
+        # Also after a timeout: the gateway process must not outlive the test.
+        with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP):
+            await stdio.close()
+
+    stack.push_async_callback(close_stdio)
+    return stdio
 
 
 @asynccontextmanager
@@ -185,15 +235,7 @@ async def toolset_for(
 
     async with AsyncExitStack() as stack:
         if http is None:
-            command, *args = serve_command(write_config(tmp_path))
-            stdio = StdioTransport(command, args, keep_alive=False, log_file=tmp_path / "gateway.log")
-
-            async def close_stdio() -> None:
-                # Also after a timeout: the gateway process must not outlive the test.
-                with anyio.CancelScope(shield=True), anyio.move_on_after(CLEANUP):
-                    await stdio.close()
-
-            stack.push_async_callback(close_stdio)
+            stdio = stdio_gateway(write_config(tmp_path), tmp_path, stack)
             # pydantic-ai bounds the handshake itself (5 s unless told): it covers a gateway
             # process starting, so it is scaled like every other wait here.
             toolset: MCPToolset[Any] = MCPToolset(
@@ -293,7 +335,7 @@ async def test_in_the_2026_era_pydantic_ai_keeps_its_first_list_so_the_gateway_a
     assert run.model.last_offered == FIRST_LIST
     assert all(not turn.notices for turn in run.turns)
 
-    check_outcomes([{"is_error": turn.outcome != "success", "text": turn.text} for turn in run.turns])
+    check_outcomes(run.model_outcomes())
     refused, invalid, implicit = (run.turns[step] for step in REFUSED_STEPS)
     # The gateway's refusal reaches the model as a retry naming the re-expansion tool.
     assert (refused.outcome, refused.cause) == ("retried", "model_retry")
@@ -332,3 +374,158 @@ async def test_a_tool_reexpanded_mid_run_is_callable_only_where_pydantic_ai_refr
         # the tools of its cached list, which nothing refreshes in this era.
         assert newcomer.offered == FIRST_LIST
         assert (newcomer.outcome, newcomer.cause) == ("retried", "unknown_tool")
+
+
+# -- by reference: the gateway's default delivery ------------------------------------------------
+
+REFERENCE_OFFERED = frozenset(REFERENCE_FIRST_LIST)
+FORWARDED = re.compile(r"call forwarded session=(?P<session>\S+) tool=(?P<tool>\S+) .* via=call_tool$", re.M)
+"""The gateway's telemetry line for a call forwarded through ``call_tool`` (``_telemetry.py``)."""
+LISTED = re.compile(r"tools listed session=(?P<session>\S+) ", re.M)
+"""The gateway's telemetry line for a ``tools/list`` it served."""
+
+
+def record_answers(client: Client[Any]) -> list[dict[str, Any]]:
+    """Keep what the gateway answers each ``tools/call`` of ``client``, as ``{"is_error", "text"}``
+    (its text blocks): pydantic-ai calls through ``client.call_tool`` and hands the model only
+    its own mapping of the result. The wrapper returns the result unchanged."""
+    answers: list[dict[str, Any]] = []
+    call_tool = client.call_tool
+
+    async def recording(*args: Any, **kwargs: Any) -> Any:
+        result = await call_tool(*args, **kwargs)
+        text = "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
+        answers.append({"is_error": result.is_error, "text": text})
+        return result
+
+    client.call_tool = recording  # type: ignore[method-assign]
+    return answers
+
+
+def forwarded_via_call_tool(log: str, session: str | None = None) -> list[str]:
+    """The tools the gateway's log shows forwarded through ``call_tool`` (of ``session``, if given).
+
+    ``residency://events`` records no calls (its kinds are tool states, re-expansions and
+    refusals), so the gateway's telemetry line is its own record of what it forwarded.
+    """
+    return [m["tool"] for m in FORWARDED.finditer(log) if session is None or m["session"] == session]
+
+
+def lists_served(log: str, session: str | None = None) -> int:
+    """How many ``tools/list`` requests the gateway's log shows served (to ``session``, if given)."""
+    return sum(1 for m in LISTED.finditer(log) if session is None or m["session"] == session)
+
+
+@asynccontextmanager
+async def reference_toolset(
+    how: str, tmp_path: Path, http: HttpSession | None
+) -> AsyncIterator[tuple[MCPToolset[Any], list[Any]]]:
+    """An ``MCPToolset`` on a ``residency serve`` of ``scenario.reference_config()``, built the way
+    ``how`` says: ``"defaults"`` (over stdio when ``http`` is None, else a session of the shared
+    gateway over HTTP), or ``"client"``: a pre-built ``fastmcp.Client`` over stdio in
+    ``mode="legacy"``. No ``mode`` and no ``cache_tools`` are set on a toolset of its own."""
+    notifications: list[Any] = []
+
+    async def record(message: Any) -> None:
+        notifications.append(getattr(message, "root", message))
+
+    async with AsyncExitStack() as stack:
+        if how == "client":
+            stdio = stdio_gateway(write_reference_config(tmp_path), tmp_path, stack)
+            # Configured on the Client, as pydantic-ai requires for one it is handed: the toolset
+            # installs no handler of its own on it (none drops its tool cache on list_changed).
+            client: Client[Any] = Client(stdio, mode="legacy", init_timeout=START, message_handler=record)
+            toolset: MCPToolset[Any] = MCPToolset(client)
+        elif http is None:
+            stdio = stdio_gateway(write_reference_config(tmp_path), tmp_path, stack)
+            toolset = MCPToolset(stdio, message_handler=record, init_timeout=START)
+        else:
+            # fastmcp's default mode adopts 2026-07-28: no protocol session, the client names its own.
+            toolset = MCPToolset(
+                http.url, headers={"Residency-Session": http.key}, message_handler=record, init_timeout=START
+            )
+        yield toolset, notifications
+
+
+async def run_reference(how: str, tmp_path: Path, *, served: Served | None = None, key: str = "") -> Run:
+    """The by-reference task (``scenario.REFERENCE_STEPS``) through a ``reference_toolset``."""
+    model = ScriptedModel(REFERENCE_STEPS)
+    agent = Agent(FunctionModel(model.respond), retries=len(REFERENCE_STEPS))
+    http = HttpSession(served.url, key) if served is not None else None
+    with anyio.fail_after(RUN_LIMIT):
+        async with AsyncExitStack() as stack:
+            toolset, notifications = await stack.enter_async_context(reference_toolset(how, tmp_path, http))
+            answers = record_answers(toolset.client)
+            await stack.enter_async_context(toolset)
+            assert toolset.client.protocol_version == VERSIONS["legacy" if how == "client" else "modern"]
+            result = await agent.run("Work incident INC-7 and close it.", toolsets=[toolset])
+            events = await toolset.read_resource("residency://events")
+    assert isinstance(events, str)
+    assert len(model.turns) == len(REFERENCE_STEPS), model.turns
+    # A stdio gateway has exited by now, so its log file is complete.
+    log = served.log() if served is not None else (tmp_path / "gateway.log").read_text(errors="replace")
+    return Run(model, result.output, notifications, json.loads(events), answers, log)
+
+
+def assert_reference_task(run: Run, session: str | None = None) -> None:
+    """What pydantic-ai gets by reference, however the toolset was built."""
+    # The list never changes: the model is offered the first list on every request, the last
+    # one (its final answer's) included, and pydantic-ai announces nothing.
+    assert run.model.offered_lists == [REFERENCE_FIRST_LIST] * (len(REFERENCE_STEPS) + 1)
+    assert all(turn.offered == REFERENCE_OFFERED for turn in run.turns)
+    assert not run.saw_list_changed()
+    assert all(not turn.notices for turn in run.turns)
+    assert run.output == "INC-7 is closed."
+    # The cache is filled once and never dropped: one tools/list for the whole run.
+    assert lists_served(run.log, session) == 1, run.log
+
+    # What the gateway answered, as pydantic-ai received it.
+    check_reference_outcomes(run.answers)
+    # What pydantic-ai handed the model: the same errors and successes, ...
+    assert [o["is_error"] for o in run.model_outcomes()] == [a["is_error"] for a in run.answers]
+    runbook, found, note, invalid, closed = run.turns
+    assert runbook.outcome == "success" and runbook.content["runbook_id"] == "RB-1"
+    # ... but a result whose blocks are all text reaches the model as its structuredContent
+    # alone: the search hits keep their schemas, and the line on calling them through call_tool
+    # comes as the structured content's hint (the text's own line does not reach the model).
+    assert found.outcome == "success"
+    hits = {hit["name"]: hit for hit in found.content["tools"]}
+    assert hits[TOMBSTONED_TOOL]["definition"]["inputSchema"]["required"] == ["incident_id", "note"]
+    assert found.content["hint"] == CALL_HINT and CALL_HINT in run.answers[1]["text"]
+    # The withheld tool, called through call_tool: the desk really added the note.
+    assert note.outcome == "success" and note.content["incident_id"] == "INC-7"
+    assert isinstance(note.content["entries"], int)
+    # Invalid arguments: a retry whose text is the gateway's refusal, full schema included.
+    assert (invalid.outcome, invalid.cause) == ("retried", "model_retry")
+    assert invalid.text == run.answers[3]["text"]
+    assert invalid.text.startswith(f"{EVICTED_TOOL}: invalid arguments") and '"minLength":10' in invalid.text
+    # Valid arguments: forwarded, and the desk closed the incident.
+    assert closed.outcome == "success"
+    assert closed.content["incident_id"] == "INC-7" and closed.content["status"] == "resolved"
+
+    # The gateway forwarded both call_tool calls, refused only the invalid one, and tombstoned
+    # nothing, so no call of a tombstoned tool can have been forwarded.
+    assert forwarded_via_call_tool(run.log, session) == [TOMBSTONED_TOOL, EVICTED_TOOL], run.log
+    assert calls_through_call_tool(run.events) == [TOMBSTONED_TOOL, EVICTED_TOOL]
+    assert run.event_subjects("refused") == [EVICTED_TOOL]
+    assert run.event_subjects("tombstoned") == []
+    assert forwarded_ghosts(run.events) == 0
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_by_reference_pydantic_ai_on_its_defaults_calls_a_withheld_tool_through_call_tool(
+    transport: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if transport == "stdio":
+        run = await run_reference("defaults", tmp_path)
+        assert_reference_task(run)
+    else:
+        served: Served = request.getfixturevalue("reference_gateway")
+        key: str = request.getfixturevalue("session_key")
+        run = await run_reference("defaults", tmp_path, served=served, key=key)
+        assert_reference_task(run, session=key)
+
+
+async def test_by_reference_a_prebuilt_fastmcp_client_needs_no_list_changed_handler(tmp_path: Path) -> None:
+    run = await run_reference("client", tmp_path)
+    assert_reference_task(run)

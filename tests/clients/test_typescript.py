@@ -1,11 +1,19 @@
-"""The TypeScript SDK clients run the scripted task through ``residency serve``.
+"""The TypeScript SDK clients run the scripted tasks through ``residency serve``.
 
 Two real client generations: ``@modelcontextprotocol/sdk`` 1.x (handshake era only) and
 ``@modelcontextprotocol/client`` 2.x (handshake era, ``auto`` negotiation and a pinned
 2026-07-28), each over stdio (the client launches ``python -m residency serve``) and streamable
-HTTP (the module's shared ``residency serve --transport http``, ``conftest.py``). One node process
-(``tests/peers/scripted_task.mjs``) runs the whole task of ``tests.clients.scenario`` in one MCP
-session and prints what came back; these tests assert on that.
+HTTP (the module's shared gateways, ``conftest.py``). One node process
+(``tests/peers/scripted_task.mjs``) runs a whole task of ``tests.clients.scenario`` in one MCP
+session and prints what came back; these tests assert on that. Two tasks: the list scenario
+(``scenario.STEPS``, delivered by list: the client waits for each list change and lists again),
+and the by-reference task (``scenario.REFERENCE_STEPS``, the gateway's default delivery).
+
+By reference both generations get everything on their defaults: the list is the pinned tool and
+the meta-tools for the whole session (no ``list_changed``, no listen event), a ``search_tools``
+hit carries the tool's schema, and ``call_tool(name, arguments)`` reaches a tool the list never
+showed. The plans send no ``_meta``, so these runs report no dropped result (the Python SDK's and
+the Inspector's tests do).
 
 The npm packages come from ``tests/peers/package.json`` (``.ci/run`` installs them); without
 node or them these tests skip locally and fail when ``CI`` is set.
@@ -25,6 +33,7 @@ import pytest
 from residency._gateway._demo import desk_tools
 from tests._timing import scaled
 from tests.clients import scenario
+from tests.clients._desk_ready import desk_joined, write_ready_config, write_ready_reference_config
 from tests.clients._serve import ROOT, Ran, Served, run_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -90,8 +99,32 @@ def plan() -> list[dict[str, Any]]:
     return steps
 
 
-async def run_task(sdk: str, era: str, target: list[str], env: dict[str, str]) -> tuple[dict[str, Any], Ran]:
-    """Run the whole task in one client process on ``target`` (``--stdio CMD`` or ``--url URL``)."""
+EVENTS = "residency://events"
+QUIET_MS = round(scaled(2) * 1000)
+"""How long the by-reference plan listens, at its end, for a list change that must not come."""
+
+
+def reference_plan() -> list[dict[str, Any]]:
+    """The by-reference task as a ``scripted_task.mjs`` plan.
+
+    The initial list and a subscriptions/listen stream (2026-07-28 only), every step of
+    ``scenario.REFERENCE_STEPS``, the list again, the session's event log, then a short wait for
+    a list change (none is due: the list never changes by reference).
+    """
+    steps: list[dict[str, Any]] = [{"op": "list", "label": "initial"}, {"op": "listen", "label": "listen"}]
+    for label, tool, arguments in scenario.REFERENCE_STEPS:
+        steps.append({"op": "call", "label": label, "name": tool, "arguments": arguments})
+    steps.append({"op": "list", "label": "listed after"})
+    steps.append({"op": "read", "uri": EVENTS, "label": "events"})
+    steps.append({"op": "await_list_changed", "since": 0, "timeout": QUIET_MS, "label": "no change"})
+    return steps
+
+
+async def run_task(
+    sdk: str, era: str, target: list[str], env: dict[str, str], steps: list[dict[str, Any]] | None = None
+) -> tuple[dict[str, Any], Ran]:
+    """Run a whole task (``steps``, default ``plan()``) in one client process on ``target``
+    (``--stdio CMD`` or ``--url URL``)."""
     argv = [
         "node",
         str(SCRIPT),
@@ -100,7 +133,7 @@ async def run_task(sdk: str, era: str, target: list[str], env: dict[str, str]) -
         "--era",
         era,
         "--plan",
-        json.dumps(plan()),
+        json.dumps(plan() if steps is None else steps),
         "--timeout",
         "60000",
         "--notify-timeout",
@@ -119,9 +152,11 @@ def _report(ran: Ran) -> dict[str, Any]:
     return report
 
 
-def steps_by_label(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def steps_by_label(
+    report: dict[str, Any], planned: list[dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
     steps = report["steps"]
-    assert [s["label"] for s in steps] == [s["label"] for s in plan()]
+    assert [s["label"] for s in steps] == [s["label"] for s in (plan() if planned is None else planned)]
     thrown = [s for s in steps if "thrown" in s]
     assert not thrown, f"steps threw in the client: {thrown}"
     return {s["label"]: s for s in steps}
@@ -161,11 +196,12 @@ async def test_a_typescript_client_runs_the_scripted_task_in_one_session(
     node_env: dict[str, str],
 ) -> None:
     if transport == "stdio":
-        stdio = ["--stdio", *scenario.serve_command(scenario.write_config(tmp_path))]
+        stdio = ["--stdio", *scenario.serve_command(write_ready_config(tmp_path))]
         report, ran = await run_task(sdk, era, stdio, node_env)
         log = str(report.get("server_stderr_tail") or "")
     else:
         served: Served = request.getfixturevalue("gateway")
+        await desk_joined(served)
         # Handshake era: the Mcp-Session-Id the client keeps is the gateway session, as for any
         # client. 2026-07-28 has no protocol session: the Residency-Session header names it.
         session = [] if era == "legacy" else ["--session", session_key]
@@ -228,3 +264,60 @@ async def test_a_typescript_client_runs_the_scripted_task_in_one_session(
     assert notes
     if modern:
         assert all((n["meta"] or {}).get(SUBSCRIPTION_ID) for n in notes), notes
+
+
+@CLIENTS
+@TRANSPORTS
+async def test_a_typescript_client_runs_the_reference_task_in_one_session(
+    sdk: str,
+    era: str,
+    transport: str,
+    tmp_path: Path,
+    session_key: str,
+    request: pytest.FixtureRequest,
+    node_env: dict[str, str],
+) -> None:
+    """On its defaults: a list that never changes, schemas in search results, calls through
+    ``call_tool``."""
+    planned = reference_plan()
+    if transport == "stdio":
+        stdio = ["--stdio", *scenario.serve_command(write_ready_reference_config(tmp_path))]
+        report, ran = await run_task(sdk, era, stdio, node_env, planned)
+    else:
+        served: Served = request.getfixturevalue("reference_gateway")
+        await desk_joined(served)
+        session = [] if era == "legacy" else ["--session", session_key]
+        report, ran = await run_task(sdk, era, [*session, "--url", served.url], node_env, planned)
+    steps = steps_by_label(report, planned)
+    modern = era != "legacy"
+    assert report["protocol_version"] == (MODERN if modern else HANDSHAKE), ran.explain()
+    assert report["protocol_era"] == ("modern" if modern else "legacy")
+    if modern:
+        assert steps["listen"]["honoredFilter"] == {"toolsListChanged": True}
+    else:
+        assert "skipped" in steps["listen"]
+
+    # 1. The list: the pinned tool and the meta-tools, the same after the task; no change told.
+    assert steps["initial"]["names"] == list(scenario.REFERENCE_FIRST_LIST)
+    assert steps["listed after"]["names"] == list(scenario.REFERENCE_FIRST_LIST)
+    assert steps["no change"]["arrived"] is False, ran.explain()
+    assert report["notifications"] == []
+
+    # 2-6. What the gateway answered, step by step.
+    calls = [steps[label] for label, _, _ in scenario.REFERENCE_STEPS]
+    scenario.check_reference_outcomes([{"is_error": s["isError"], "text": s["text"]} for s in calls])
+    _, found, note, invalid, closed = calls
+    assert isinstance((found["meta"] or {}).get("residency/result"), str), found
+    (hit, *_) = found["structuredContent"]["tools"]
+    assert hit["name"] == scenario.TOMBSTONED_TOOL
+    assert hit["definition"]["inputSchema"]["required"] == ["incident_id", "note"]
+    assert reason(invalid) == "arguments_invalid"
+    assert schema_in(invalid["text"]) == full_schema(scenario.EVICTED_TOOL)
+    # The two withheld tools reached the desk through call_tool: the desk's answers, and the
+    # session's event log (a call is logged once admitted, then forwarded).
+    assert note["structuredContent"]["incident_id"] == "INC-7"
+    assert closed["structuredContent"]["status"] == "resolved"
+    (contents,) = steps["events"]["contents"]
+    events = json.loads(contents["text"])
+    assert scenario.calls_through_call_tool(events) == [scenario.TOMBSTONED_TOOL, scenario.EVICTED_TOOL]
+    assert scenario.forwarded_ghosts(events) == 0

@@ -159,6 +159,26 @@ async def test_a_dropped_result_tombstones_a_tool_with_visible_arguments_and_evi
         assert not (await proxied(a, "add_timeline_note", NOTE)).is_error
 
 
+async def test_a_call_rebuilt_on_the_request_that_reports_its_schema_dropped_is_refused(era: str) -> None:
+    # The host dropped the search result and, on the same request, the model calls the tool
+    # again from the arguments it still sees: the drop is applied before the call meets it.
+    desk = IncidentDesk()
+    async with running(REFERENCE, desk=desk) as gw, agent(gw, era) as a:
+        s = gw.session(a.key)
+        found = await a.call("search_tools", {"query": "timeline note", "limit": 1})
+        assert hits(found) == ["add_timeline_note"] and found.structured_content is not None
+        assert found.structured_content["hint"] == CALL_HINT
+        assert not (await proxied(a, "add_timeline_note", NOTE)).is_error
+        rid = (found.meta or {})[RESULT_META_KEY]
+        ghost = await proxied(a, "add_timeline_note", NOTE, **{DROPPED: [rid]})
+        assert reason(ghost) == "tool_not_resident"
+        assert text(ghost).startswith("add_timeline_note: mutation tool schema withheld")
+        assert len(desk.calls) == 1  # never forwarded
+        assert s.state("add_timeline_note") is ToolState.TOMBSTONED
+        refusals = [e for e in s.events() if e.kind.value == "refused"]
+        assert [e.subject for e in refusals] == ["add_timeline_note"]
+
+
 async def test_arguments_dropped_with_the_result_let_the_tool_leave_without_a_tombstone(era: str) -> None:
     async with running(REFERENCE, desk=IncidentDesk()) as gw, agent(gw, era) as a:
         s = gw.session(a.key)
@@ -252,7 +272,11 @@ async def test_the_list_changes_only_when_the_catalog_changes_under_a_pin(era: s
 async def test_the_instructions_say_how_to_call_a_tool_missing_from_the_list() -> None:
     async with running(REFERENCE, desk=IncidentDesk()) as gw, agent(gw, "legacy") as a:
         assert CALL_HINT in (a.client.instructions or "")
+    # The default delivery is by reference: its instructions say it too.
     async with running(desk=IncidentDesk()) as gw, agent(gw, "legacy") as a:
+        assert CALL_HINT in (a.client.instructions or "")
+    # By list every tool a session may call is in its list: nothing to say.
+    async with running({"delivery": "list"}, desk=IncidentDesk()) as gw, agent(gw, "legacy") as a:
         assert CALL_HINT not in (a.client.instructions or "")
     del gw
 
@@ -262,7 +286,8 @@ def test_an_unknown_delivery_is_a_config_error_naming_the_key() -> None:
         config({"delivery": "by carrier pigeon"})
     assert raised.value.where == "residency.delivery"
     assert config({"delivery": "auto"}).residency.delivery == "auto"
-    assert config().residency.delivery == "list"
+    assert config({"delivery": "list"}).residency.delivery == "list"
+    assert config().residency.delivery == "reference"
 
 
 # -- auto -----------------------------------------------------------------------------------------

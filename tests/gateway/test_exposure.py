@@ -129,7 +129,8 @@ async def test_the_library_refuses_an_empty_token_and_an_unauthenticated_public_
 @asynccontextmanager
 async def _http_gateway(token: str, store: Store, **kwargs: Any) -> AsyncIterator[tuple[Gateway, str]]:
     gateway = Gateway(
-        config({"budget": {"schema_tokens": 350}}),
+        # by list: a session's reach is probed through what its list shows
+        config({"budget": {"schema_tokens": 350}, "delivery": "list"}),
         upstreams={"desk": IncidentDesk().server},
         store=store,
         **kwargs,

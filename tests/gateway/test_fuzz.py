@@ -132,7 +132,14 @@ def _servers(with_desk: bool) -> dict[str, Any]:
     return servers
 
 
-RESIDENCY = {"budget": {"schema_tokens": 100_000}, "call_timeout": 20}
+# Every upstream tool listed (by list, under a budget that holds them all), and serving only once
+# the upstreams are up (a loaded machine starts them slowly): the first list shows them all.
+RESIDENCY = {
+    "budget": {"schema_tokens": 100_000},
+    "call_timeout": 20,
+    "ready_wait": START,
+    "delivery": "list",
+}
 
 
 # -- strategies -------------------------------------------------------------------------------

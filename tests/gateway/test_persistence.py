@@ -14,6 +14,8 @@ from tests.gateway.conftest import agent, reason, running, text
 pytestmark = pytest.mark.anyio
 
 TIGHT = {"budget": {"schema_tokens": 400}, "minify": "compact"}
+# By list, the tight budget demotes the tools used earlier as the work goes on: tombstones.
+TOMBSTONING = {**TIGHT, "delivery": "list"}
 WORK = [
     ("get_timeline", {"incident_id": "INC-1"}),
     ("list_services", {}),
@@ -26,7 +28,10 @@ async def test_a_restarted_gateway_resumes_a_session_with_its_tombstones(era: st
     db = tmp_path / "gateway.db"
     store = SQLiteStore(str(db))
     try:
-        async with running(TIGHT, desk=IncidentDesk(), store=store) as gw, agent(gw, era, "resumable") as a:
+        async with (
+            running(TOMBSTONING, desk=IncidentDesk(), store=store) as gw,
+            agent(gw, era, "resumable") as a,
+        ):
             await a.use("update_incident", {"incident_id": "INC-1", "notify": False})
             for name, arguments in WORK:
                 await a.use(name, arguments)
@@ -40,7 +45,7 @@ async def test_a_restarted_gateway_resumes_a_session_with_its_tombstones(era: st
     desk = IncidentDesk()
     store = SQLiteStore(str(db))
     try:
-        async with running(TIGHT, desk=desk, store=store) as gw, agent(gw, era, "resumable") as a:
+        async with running(TOMBSTONING, desk=desk, store=store) as gw, agent(gw, era, "resumable") as a:
             assert await a.read("residency://tombstones") == before
             refused = await a.call("update_incident", {"incident_id": "INC-1", "severity": "SEV-1"})
             assert reason(refused) == "tool_not_resident"

@@ -36,6 +36,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 MODERN = "2026-07-28"
 PASSWORD = "outage-pw-5c1e"  # trust auth ignores it; it must never reach a client
 READ = ("get_incident", {"incident_id": "INC-7"})
+# Delivery by list: these tests probe the replica through what tools/list shows (re-expanded
+# tools join it, list changes are heard across replicas); by reference the list is fixed.
+LIST_DELIVERY = ("--delivery", "list")
 RECOVERY = 60.0  # seconds a replica may take to serve again once PostgreSQL is back
 
 
@@ -119,8 +122,8 @@ async def test_killed_server_connections_are_replaced_and_listening_resumes(sche
     key = "terminated-1"
     with anyio.fail_after(scaled(240)):
         async with (
-            http_serve("--store", url) as a,
-            http_serve("--store", with_params(base, schema=schema)) as b,
+            http_serve(*LIST_DELIVERY, "--store", url) as a,
+            http_serve(*LIST_DELIVERY, "--store", with_params(base, schema=schema)) as b,
             client(a, key) as on_a,
             client(b, key) as on_b,
         ):
@@ -146,8 +149,8 @@ async def test_a_cut_link_gives_clear_errors_then_the_replica_serves_again_by_it
         url = relay.url_via(with_params(with_password(base, PASSWORD), schema=schema, pool_timeout="2"))
         with anyio.fail_after(scaled(300)):
             async with (
-                http_serve("--store", url) as a,
-                http_serve("--store", with_params(base, schema=schema)) as b,
+                http_serve(*LIST_DELIVERY, "--store", url) as a,
+                http_serve(*LIST_DELIVERY, "--store", with_params(base, schema=schema)) as b,
                 client(a, key) as on_a,
                 client(b, key) as on_b,
             ):

@@ -25,6 +25,7 @@ from residency._store import open_store
 from tests._timing import NOTICE, TEST
 from tests.clients._serve import http_serve
 from tests.gateway.test_pg_outage import (
+    LIST_DELIVERY,
     PASSWORD,
     assert_listener_hears,
     call_read,
@@ -70,8 +71,8 @@ async def test_a_restarted_server_is_served_again_by_the_same_replicas_and_liste
         url = with_params(with_password(pg.url, PASSWORD), pool_timeout="2")
         with anyio.fail_after(TEST):
             async with (
-                http_serve("--store", url) as a,
-                http_serve("--store", with_params(pg.url, pool_timeout="2")) as b,
+                http_serve(*LIST_DELIVERY, "--store", url) as a,
+                http_serve(*LIST_DELIVERY, "--store", with_params(pg.url, pool_timeout="2")) as b,
                 client(a, key) as on_a,
                 client(b, key) as on_b,
             ):
@@ -96,7 +97,7 @@ async def test_a_stopped_server_gives_clear_errors_and_changes_nothing_until_it_
     async with private_cluster() as pg:
         url = with_params(with_password(pg.url, PASSWORD), pool_timeout="2")
         with anyio.fail_after(TEST):
-            async with http_serve("--store", url) as a, client(a, key) as on_a:
+            async with http_serve(*LIST_DELIVERY, "--store", url) as a, client(a, key) as on_a:
                 acknowledged = [call_id(await call_read(on_a))]
                 shown = {t.name for t in (await on_a.list_tools(cache_mode="refresh")).tools}
                 assert "update_incident" not in shown  # withheld by the demo's policy
@@ -136,8 +137,8 @@ async def test_the_first_change_after_a_restart_reaches_the_other_replica() -> N
         url = with_params(pg.url, pool_timeout="2")
         with anyio.fail_after(TEST):
             async with (
-                http_serve("--store", url) as a,
-                http_serve("--store", url) as b,
+                http_serve(*LIST_DELIVERY, "--store", url) as a,
+                http_serve(*LIST_DELIVERY, "--store", url) as b,
                 client(a, key) as on_a,
                 client(b, key) as on_b,
             ):

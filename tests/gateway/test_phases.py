@@ -15,8 +15,10 @@ from tests.gateway.conftest import Agent, agent, running
 
 pytestmark = pytest.mark.anyio
 
-# A budget that holds three or four desk tools, so what a phase favours shows.
+# By list, with a budget that holds three or four desk tools, so what a phase favours shows (by
+# reference a phase brings no tool back into the list: see ``_delivery``).
 POLICY = {
+    "delivery": "list",
     "budget": {"schema_tokens": 400},
     "phases": {"triage": ["get_incident", "get_timeline", "list_services"], "fix": ["update_incident"]},
 }

@@ -9,6 +9,7 @@ Without ``RESIDENCY_PG_URL`` the tests skip, or fail when ``CI`` is set.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from residency._gateway._server import CALL_META_KEY
 from residency._store import open_store
 from residency._store._protocol import Store
 from residency._store._sqlite import SQLiteStore
-from tests._timing import scaled
+from tests._timing import START, scaled
 from tests.clients._serve import Shared, http_serve, serve_shared
 from tests.gateway.conftest import reason, text
 from tests.incident_tools import incident_tools
@@ -100,7 +101,11 @@ def fleet() -> Iterator[Fleet]:
     schema = new_schema()
     url = with_params(base, schema=schema)
     try:
-        with serve_shared("--store", url) as a, serve_shared("--store", url) as b:
+        # The replicas deliver by list: these tests follow a list that changes across them.
+        with (
+            serve_shared("--store", url, "--delivery", "list") as a,
+            serve_shared("--store", url, "--delivery", "list") as b,
+        ):
             yield Fleet(url, (a, b))
     finally:
         drop_schema(base, schema)
@@ -139,7 +144,11 @@ async def replicas(fleet: Fleet, key: str, mode: str = "auto") -> AsyncIterator[
 async def replay(url: str, key: str) -> AsyncIterator[tuple[Session, Gateway, Store]]:
     """A fresh ``Session`` replayed from the journal, as a demo gateway would open it."""
     store = open_store(url)
-    gateway = Gateway(parse_config(DEMO_CONFIG), upstreams={"desk": IncidentDesk().server})
+    # As the replicas serve it (by list), and only once its desk is offered: a resource read
+    # before would show the desk's tools as not offered.
+    demo = json.loads(DEMO_CONFIG)
+    demo["residency"] |= {"delivery": "list", "ready_wait": START}
+    gateway = Gateway(parse_config(json.dumps(demo)), upstreams={"desk": IncidentDesk().server})
     try:
         async with gateway:
             yield gateway._open_session(key, store), gateway, store
@@ -358,8 +367,8 @@ async def test_a_chain_archived_on_one_replica_reaches_every_session_of_the_scop
     prefix = CHAIN["topology"][:2]
     with anyio.fail_after(scaled(180)):
         async with (
-            http_serve("--store", store_url) as served_a,
-            http_serve("--store", store_url) as served_b,
+            http_serve("--store", store_url, "--delivery", "list") as served_a,
+            http_serve("--store", store_url, "--delivery", "list") as served_b,
             connect(served_a, "archiver") as archiver,
             connect(served_a, "neighbour") as neighbour,  # another session, same replica
             connect(served_b, "remote") as remote,  # another session, the other replica

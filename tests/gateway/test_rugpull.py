@@ -101,7 +101,8 @@ async def gateway(
 ) -> AsyncIterator[Gateway]:
     # ready_wait: the gateway serves once the upstream is up (a loaded machine starts it slowly),
     # so a first call does not find it still starting.
-    settings = {"startup_timeout": START, "ready_wait": START}
+    # By list: these tests probe redefinitions and restarts through what the list shows.
+    settings = {"startup_timeout": START, "ready_wait": START, "delivery": "list"}
     cfg = config(settings, {"rug": rug.server(**(env or {}))})
     async with Gateway(cfg, upstreams=upstreams, relist_interval=relist_interval) as gw:
         yield gw

@@ -17,6 +17,10 @@ from tests.gateway.conftest import agent, reason, running, text
 
 META_TOOLS = listed_meta_tools(chains=False, offload=False)  # a fresh session: no chain yet, no offloading
 
+# Seed 000 is a scenario of delivery by list: the schema budget demotes a listed tool, and the
+# list (and its list_changed notices) follows. By reference the list stays fixed (``_delivery``).
+SEED_000 = {"delivery": "list", "budget": {"schema_tokens": 700}, "minify": "compact"}
+
 
 def text_blocks(result: types.CallToolResult) -> list[str]:
     return [c.text for c in result.content if isinstance(c, types.TextContent)]
@@ -30,10 +34,7 @@ REBUILT = {"incident_id": "INC-7", "severity": "SEV-1", "assignee": {"id": "u-42
 
 async def test_a_demoted_mutation_tool_is_refused_with_its_tombstone_until_reexpanded(era: str) -> None:
     desk = IncidentDesk()
-    async with (
-        running({"budget": {"schema_tokens": 700}, "minify": "compact"}, desk=desk) as gw,
-        agent(gw, era) as a,
-    ):
+    async with running(SEED_000, desk=desk) as gw, agent(gw, era) as a:
         session = gw.session(a.key)
         assert not (await a.use("update_incident", UPDATE)).is_error
         assert desk.incidents["INC-7"].severity == "SEV-2"
@@ -95,7 +96,8 @@ async def test_a_demoted_mutation_tool_is_refused_with_its_tombstone_until_reexp
 
 async def test_an_upstream_schema_migration_tombstones_a_tool_with_visible_arguments(era: str) -> None:
     desk = IncidentDesk(schema="v1")
-    async with running(desk=desk) as gw, agent(gw, era) as a:
+    # By list: update_incident is listed, so the migration changes the list and the client hears it.
+    async with running({"delivery": "list"}, desk=desk) as gw, agent(gw, era) as a:
         session = gw.session(a.key)
         old = {"incident_id": "INC-7", "severity": "SEV-2", "assignee_id": "u-42", "notify": True}
         assert not (await a.use("update_incident", old)).is_error
@@ -127,10 +129,7 @@ async def test_an_upstream_schema_migration_tombstones_a_tool_with_visible_argum
 
 
 async def test_the_meta_tools_are_listed_the_same_before_and_after_tools_are_withheld(era: str) -> None:
-    async with (
-        running({"budget": {"schema_tokens": 700}, "minify": "compact"}, desk=IncidentDesk()) as gw,
-        agent(gw, era) as a,
-    ):
+    async with running(SEED_000, desk=IncidentDesk()) as gw, agent(gw, era) as a:
         session = gw.session(a.key)
 
         async def meta_tools() -> dict[str, dict[str, object]]:

@@ -35,8 +35,11 @@ async def test_an_upstream_tool_with_an_invalid_schema_is_skipped_and_logged(
         {"name": "broken", "description": "A tool.", "inputSchema": BAD},
         {"name": "fine_too", "description": "Another.", "inputSchema": dict(GOOD)},
     ]
+    # Pinned, so the list shows every tool the gateway took in (by reference, the default, it
+    # shows the pinned tools only).
+    pinned = {"pinned": [t["name"] for t in tools]}
     with caplog.at_level(logging.WARNING, logger="residency.gateway"):
-        async with running(upstreams={"up": _upstream(tools)}) as gw, agent(gw, era) as a:
+        async with running(pinned, upstreams={"up": _upstream(tools)}) as gw, agent(gw, era) as a:
             names = await a.names()
     assert "fine" in names and "fine_too" in names
     assert "broken" not in names

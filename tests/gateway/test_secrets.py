@@ -71,11 +71,13 @@ async def test_an_is_error_result_quoting_upstream_env_and_headers_reaches_the_c
 @pytest.mark.anyio
 async def test_an_ordinary_word_in_an_env_value_is_not_scrubbed(era: str) -> None:
     # The env values come from the config (an entry left disabled, so no process starts); the
-    # upstream offering the tool ``hang`` runs in-process.
+    # upstream offering the tool ``hang`` runs in-process. ``hang`` is pinned, so the list shows
+    # it (by reference, the default, the list shows the pinned tools only).
     configured = {**LEAKY, "disabled": True}
+    leaky = {"leaky": leaky_upstream.build()}
     with anyio.fail_after(START):
         async with (
-            running(servers={"configured": configured}, upstreams={"leaky": leaky_upstream.build()}) as gw,
+            running({"pinned": ["hang"]}, servers={"configured": configured}, upstreams=leaky) as gw,
             agent(gw, era) as a,
         ):
             assert gw.secrets.redact(ENV_SECRET) == "***"  # the entry's env values are secrets

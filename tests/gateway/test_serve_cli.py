@@ -75,6 +75,9 @@ async def test_the_summary_shows_each_upstream_budget_store_minify_and_the_stdio
     assert "residency: store memory://" in lines
     assert "residency: budget schema_tokens=900 argument_tokens=5000 idle_turns=3 planner=stable" in lines
     assert "residency: minify minimal" in lines
+    assert any(
+        line.startswith("residency: delivery reference: the list is the pinned tools") for line in lines
+    )
     assert "residency: session stdio-0123456789ab (resume with --session stdio-0123456789ab)" in lines
 
 
@@ -162,6 +165,14 @@ def test_stdio_gets_a_fresh_session_per_process_unless_one_is_named() -> None:
     assert ServeOptions.from_args(_args("--transport", "http"), {}).session is None
 
 
+def test_delivery_is_by_reference_unless_the_command_line_or_config_says() -> None:
+    assert ServeOptions.from_args(_args(), {}).config.residency.delivery == "reference"
+    chosen = ServeOptions.from_args(_args("--delivery", "list"), {}).config.residency
+    assert chosen.delivery == "list" and chosen.minify == "compact"  # the rest of the demo's policy
+    with pytest.raises(SystemExit):
+        _args("--delivery", "sometimes")
+
+
 @asynccontextmanager
 async def stdio_gateway(
     tmp_path: Path, *argv: str, env: dict[str, str] | None = None
@@ -210,16 +221,17 @@ async def test_two_stdio_processes_without_a_session_journal_two_sessions(
 @pytest.mark.slow
 @pytest.mark.anyio
 async def test_a_named_stdio_session_resumes_in_the_next_process(tmp_path: Path) -> None:
-    store = f"sqlite:///{tmp_path / 'resume.db'}"
+    # By list, a re-expansion shows in the list: what the next process lists says what it resumed.
+    store = ("--store", f"sqlite:///{tmp_path / 'resume.db'}", "--delivery", "list")
     with anyio.fail_after(3 * WAIT):
-        async with stdio_gateway(tmp_path, "--store", store, "--session", "desk-k") as client:
+        async with stdio_gateway(tmp_path, *store, "--session", "desk-k") as client:
             assert "update_incident" not in await _names(client)  # withheld by the demo budget
             assert not (await client.call_tool("reexpand_tools", {"names": ["update_incident"]})).is_error
             assert "update_incident" in await _names(client)
         # The same key, named by the environment this time: the re-expansion is still there.
-        async with stdio_gateway(tmp_path, "--store", store, env={"RESIDENCY_SESSION": "desk-k"}) as client:
+        async with stdio_gateway(tmp_path, *store, env={"RESIDENCY_SESSION": "desk-k"}) as client:
             assert "update_incident" in await _names(client)
-        async with stdio_gateway(tmp_path, "--store", store) as client:  # a fresh session does not see it
+        async with stdio_gateway(tmp_path, *store) as client:  # a fresh session does not see it
             assert "update_incident" not in await _names(client)
     assert _session_printed(tmp_path, 1) == "desk-k"
     assert _session_printed(tmp_path, 2).startswith("stdio-")

@@ -21,11 +21,15 @@ pytestmark = pytest.mark.anyio
 TIGHT = {"budget": {"schema_tokens": 350}, "minify": "compact"}
 """A budget the desk is far past: a session starts with none of its tools listed (none was asked for)."""
 
+BY_LIST = {"delivery": "list"}
+"""For the tests of what the list shows as tools become resident or are withheld: by reference
+(the default) the list stays the pinned tools and the meta-tools (see ``_delivery``)."""
+
 
 async def test_the_handshake_era_lists_resident_tools_with_the_meta_tools_and_advertises_list_changed() -> (
     None
 ):
-    async with running(desk=IncidentDesk()) as gw, agent(gw, "legacy") as a:
+    async with running(BY_LIST, desk=IncidentDesk()) as gw, agent(gw, "legacy") as a:
         caps = a.client.server_capabilities
         assert caps.tools is not None and caps.tools.list_changed is True
         names = await a.names()
@@ -36,7 +40,7 @@ async def test_the_handshake_era_lists_resident_tools_with_the_meta_tools_and_ad
 
 async def test_the_modern_era_lists_each_callers_own_session_view_as_a_private_list() -> None:
     async with (
-        running(TIGHT, desk=IncidentDesk()) as gw,
+        running({**TIGHT, **BY_LIST}, desk=IncidentDesk()) as gw,
         agent(gw, "modern", "one") as a,
         agent(gw, "modern", "two") as b,
     ):
@@ -55,7 +59,7 @@ async def test_an_evicted_tool_called_with_valid_arguments_is_reexpanded_implici
     era: str,
 ) -> None:
     desk = IncidentDesk()
-    async with running(TIGHT, desk=desk) as gw, agent(gw, era) as a:
+    async with running({**TIGHT, **BY_LIST}, desk=desk) as gw, agent(gw, era) as a:
         session = gw.session(a.key)
         assert session.state("get_incident") is ToolState.EVICTED
         found = await a.call("get_incident", {"incident_id": "INC-1"})
@@ -217,7 +221,8 @@ async def test_resources_show_the_session_state(era: str) -> None:
 
 async def test_a_tombstone_change_is_announced_to_subscribers_of_the_tombstones_resource() -> None:
     async with (
-        running({"budget": {"schema_tokens": 300}}, desk=IncidentDesk()) as gw,
+        # By list, the budget demotes the tools used earlier as the work goes on: tombstones.
+        running({"budget": {"schema_tokens": 300}, **BY_LIST}, desk=IncidentDesk()) as gw,
         agent(gw, "legacy") as a,
     ):
         with pytest.warns(MCPDeprecationWarning):  # resources/subscribe is the handshake era's way
@@ -239,7 +244,8 @@ async def test_a_tombstone_change_is_announced_to_subscribers_of_the_tombstones_
 
 async def test_read_only_and_mutating_overrides_replace_what_the_annotations_say() -> None:
     overrides = {"read_only": ["update_incident"], "mutating": ["get_incident"]}
-    async with running(overrides, desk=IncidentDesk()) as gw, agent(gw, "legacy") as a:
+    # By list, so both tools are listed with the annotations the overrides gave them.
+    async with running({**overrides, **BY_LIST}, desk=IncidentDesk()) as gw, agent(gw, "legacy") as a:
         listed = {t.name: t for t in await a.tools()}
         shown = listed["get_incident"].annotations
         assert shown is not None and shown.read_only_hint is False

@@ -36,7 +36,9 @@ async def test_residency_serve_speaks_mcp_over_stdio(mode: str) -> None:
     async def on_message(message: Any) -> None:
         seen.append(message)
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "residency", "serve"])
+    # by list: the probe is what the list shows (withheld, then listed after re-expansion)
+    argv = ["-m", "residency", "serve", "--delivery", "list"]
+    params = StdioServerParameters(command=sys.executable, args=argv)
     with anyio.fail_after(START):
         async with Client(params, mode=mode, message_handler=on_message) as client:
             names = [t.name for t in (await client.list_tools()).tools]
@@ -56,7 +58,8 @@ async def test_residency_serve_speaks_mcp_over_stdio(mode: str) -> None:
 @asynccontextmanager
 async def http_gateway(token: str | None = None, **residency: Any) -> AsyncIterator[tuple[Gateway, str]]:
     desk = IncidentDesk()
-    gateway = Gateway(config(residency), upstreams={"desk": desk.server})
+    # by list: these tests probe sessions and streams through what each session's list shows
+    gateway = Gateway(config({"delivery": "list", **residency}), upstreams={"desk": desk.server})
     ready = anyio.Event()
     urls: list[str] = []
 

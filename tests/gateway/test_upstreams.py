@@ -99,7 +99,8 @@ async def test_a_hung_upstream_holds_up_neither_the_list_nor_the_others_and_says
     era: str,
 ) -> None:
     hung = listing_when(anyio.Event(), [])  # never set: its start never completes
-    settings = {"ready_wait": 0.5, "startup_timeout": 4 * START}
+    # get_incident is pinned: by reference (the default) the list shows the pinned tools only.
+    settings = {"ready_wait": 0.5, "startup_timeout": 4 * START, "pinned": ["get_incident"]}
     with anyio.fail_after(START):  # far below the hung upstream's startup timeout
         async with (
             running(settings, desk=IncidentDesk(), upstreams={"hung": hung}) as gw,
@@ -117,7 +118,9 @@ async def test_a_hung_upstream_holds_up_neither_the_list_nor_the_others_and_says
 
 async def test_an_upstream_that_starts_late_joins_and_its_tools_are_announced() -> None:
     ready = anyio.Event()
-    settings = {"ready_wait": 0.5, "startup_timeout": 2 * START}
+    # get_incident is pinned: by reference (the default) the list changes when a pinned tool
+    # joins the catalog, and only then.
+    settings = {"ready_wait": 0.5, "startup_timeout": 2 * START, "pinned": ["get_incident"]}
     with anyio.fail_after(2 * START):
         async with (
             running(settings, upstreams={"late": listing_when(ready, desk_tools())}) as gw,

@@ -58,7 +58,9 @@ EVERYTHING = BIN / "mcp-server-everything"
 FILESYSTEM = BIN / "mcp-server-filesystem"
 TS_CLIENT = PEERS / "list_changed_client.mjs"
 TS_SDK = PEERS / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
-SERVE = [sys.executable, "-m", "residency", "serve"]
+# Every gateway here delivers by list: the tests probe it through what tools/list shows (resident
+# tools, tombstoned tools left out, list changes after re-expansion); by reference it is fixed.
+SERVE = [sys.executable, "-m", "residency", "serve", "--delivery", "list"]
 # What a fresh session is shown: no chain in its scope yet, no offloading.
 META_TOOLS = set(meta.listed_meta_tools(chains=False, offload=False))
 
@@ -322,7 +324,8 @@ def desk_config(tmp_path: Path) -> Path:
     """A config with the desk as a stdio upstream and a budget that tombstones update_incident."""
     config = {
         "mcpServers": {"desk": {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}},
-        "residency": {"budget": {"schema_tokens": 700}, "minify": "compact"},
+        # By list, as SERVE: the session is also prepared in process from this config (``prepare``).
+        "residency": {"budget": {"schema_tokens": 700}, "minify": "compact", "delivery": "list"},
     }
     path = tmp_path / "desk.json"
     path.write_text(json.dumps(config))

@@ -23,12 +23,15 @@
 // Plan steps (each may carry a "label", echoed in the report):
 //   {"op": "list"}                                   tools/list
 //   {"op": "call", "name": N, "arguments": {...}}    tools/call
+//   {"op": "read", "uri": U}                         resources/read (e.g. residency://events)
 //   {"op": "listen"}                                 2026-07-28: open subscriptions/listen for
 //                                                    toolsListChanged (skipped in the handshake era,
 //                                                    where list_changed arrives unsolicited)
 //   {"op": "await_list_changed", "since": I}         wait (bounded) for a tools list_changed that
 //                                                    arrived after step I began (default: the
-//                                                    previous step)
+//                                                    previous step); "timeout": MS bounds this
+//                                                    step's wait instead of --notify-timeout (a
+//                                                    short one, to show that none comes)
 
 function usage(message) {
   process.stderr.write(`scripted_task: ${message}\n`);
@@ -95,8 +98,11 @@ async function readPlan(text) {
   }
   if (!Array.isArray(plan)) usage("--plan wants a JSON array of steps");
   for (const step of plan) {
-    if (!["list", "call", "listen", "await_list_changed"].includes(step?.op)) {
+    if (!["list", "call", "read", "listen", "await_list_changed"].includes(step?.op)) {
       usage(`unknown step ${JSON.stringify(step)}`);
+    }
+    if (step.timeout !== undefined && !(Number.isFinite(step.timeout) && step.timeout > 0)) {
+      usage(`a step's timeout wants a positive number of ms, got ${JSON.stringify(step)}`);
     }
   }
   return plan;
@@ -269,6 +275,14 @@ async function main() {
           entry.text = textOf(result);
           entry.structuredContent = result.structuredContent ?? null;
           entry.meta = result._meta ?? null;
+        } else if (step.op === "read") {
+          entry.uri = step.uri;
+          const read = await withTimeout(
+            client.readResource({ uri: step.uri }, requestOptions),
+            opts.timeout,
+            `resources/read ${step.uri}`,
+          );
+          entry.contents = read.contents;
         } else if (step.op === "listen") {
           if (report.protocol_era !== "modern") {
             entry.skipped = "handshake era: list_changed arrives unsolicited";
@@ -283,6 +297,7 @@ async function main() {
           }
         } else if (step.op === "await_list_changed") {
           const since = step.since ?? index - 1;
+          const bound = step.timeout ?? opts.notifyTimeout;
           entry.since = since;
           const seen = () => arrivals.some((at) => at >= since);
           if (!seen()) {
@@ -292,7 +307,7 @@ async function main() {
               waiters.add(wake);
             });
             try {
-              await withTimeout(arrived, opts.notifyTimeout, "tools list_changed");
+              await withTimeout(arrived, bound, "tools list_changed");
             } catch {
               // Not arriving is a result the test asserts on, not a failure of the run.
             } finally {

@@ -20,9 +20,9 @@ Figures, each against a baseline measured in the same run:
   served over streamable HTTP in front of the same upstream, answering SSE and JSON
   (reported). On Linux each is also measured as CPU time per call of all processes together
   (reported: steadier than latency on a busy machine);
-* ``tools/list`` of an upstream offering 1,000 tools, gated (the session's resident tools plus
-  the meta-tools) and with a budget that keeps every tool resident, against the un-gated list
-  straight from the upstream.
+* ``tools/list`` of an upstream offering 1,000 tools, gated (the default: the pinned tools
+  plus the meta-tools) and delivered by list with a budget that keeps every tool resident,
+  against the un-gated list straight from the upstream.
 
 The upstream is the bench's own: an ``echo`` tool plus padding tools taken from the dev corpus
 (synthetic ones without it), so the call path measures the hop, not the tool. The client's hop
@@ -335,7 +335,11 @@ async def _tools_list(report: BenchReport, args: argparse.Namespace) -> None:
         lambda: Client(upstream, mode="legacy", cache=None), args.list_repeat
     )
     report.data["tools/list"] = {"upstream_tools": n_plain, "direct_ms": plain * 1e3}
-    budgets = {"default budget": {}, "everything resident": {"budget": {"schema_tokens": 1 << 40}}}
+    budgets = {
+        "default budget": {},
+        # A list that shows every tool: delivery by list, with a budget that holds them all.
+        "everything resident": {"delivery": "list", "budget": {"schema_tokens": 1 << 40}},
+    }
     for label, residency in budgets.items():
         config = parse_config(_config(residency), source="<bench>")
         async with Gateway(config, upstreams={"up": upstream}) as gateway:

@@ -39,7 +39,7 @@ checks:
   warnings  a pinned, phase, read_only or mutating tool no upstream offers (names as the
             gateway lists them: namespaced server__tool when two upstreams share a name),
             a malformed upstream tool, a relative sqlite store path, a stdio command not
-            found on PATH, a cwd that does not exist
+            found on PATH, a cwd that does not exist, phases with delivery by reference
   upstreams each enabled upstream is started and listed (skipped with --no-connect)
 
 output: findings on stderr, one summary line on stdout when the file is usable.
@@ -170,6 +170,17 @@ def review(config: GatewayConfig, text: str) -> list[Finding]:
                 ("residency", "store"),
                 "a relative path is resolved in the directory the host starts the gateway in "
                 "(often / or your home): use sqlite:////absolute/path.db",
+            )
+        )
+    if config.residency.phases and config.residency.delivery == "reference":
+        found.append(
+            _at(
+                "warning",
+                text,
+                ("residency", "phases"),
+                "phases choose what a changing tool list shows; delivered by reference (the "
+                'default) the list is fixed and phases change nothing: set "delivery" to "list" '
+                'or "auto" to use them',
             )
         )
     for name, entry in config.enabled_servers.items():

@@ -89,6 +89,13 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--store", metavar="URL", help="session store: memory:// or sqlite:///path.db (overrides the config)"
     )
     p.add_argument(
+        "--delivery",
+        choices=("reference", "list", "auto"),
+        help="how a withheld tool reaches the model: reference (a fixed list; schemas in search "
+        "results; calls through call_tool), list (it joins the tool list) or auto (overrides the "
+        "config; default: reference)",
+    )
+    p.add_argument(
         "--session",
         metavar="KEY",
         help=f"the session of requests that name none; resumes it from the store (env {SESSION_ENV}; "

@@ -1,15 +1,18 @@
 """``residency view``: what the model sees now in one gateway session, read from its store.
 
-Prints the tools the gateway lists for the session (its resident tools, in the gateway's
-order, each with the tokens of its shown, minified definition), the meta-tools with
+Prints the tools the gateway lists for the session (by reference, the default delivery: its
+pinned tools; by list: its resident tools; in the gateway's order, each with the tokens of its
+shown, minified definition), the meta-tools with
 their tokens (the same in every session), the total, and the tombstone lines (which the model
 got in call results and ``residency://tombstones``, not in the list). Nothing in the store is
 changed.
 
 Gateway sessions are journaled as ``gateway/<key>``: either form of the id is accepted (the
 id as given first, then ``gateway/<id>``). How tools are shown depends on the gateway's
-``minify`` level, which the journal does not record: pass the ``--config`` the gateway was
-served with (no ``--config``: the demo's policy, as for ``residency serve``) or ``--minify``.
+``minify`` level, delivery and pins, which the journal does not record: pass the ``--config``
+the gateway was served with (no ``--config``: the demo's policy, as for ``residency serve``) or
+``--minify``. An ``auto`` session is shown as by list with ``call_tool`` (whether it switched to
+delivery by reference is not journaled).
 
 The list is read from the journal alone: a resident tool that its upstream stopped offering
 is shown here although the gateway leaves it out until it is offered again.
@@ -20,6 +23,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from residency._core._minify import MINIFY_ALIASES, MINIFY_LEVELS
@@ -48,7 +53,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         metavar="FILE",
-        help="the gateway's config, for its minify level (default: the demo's policy)",
+        help="the gateway's config, for its minify level, delivery and pins (default: the demo's policy)",
     )
     p.add_argument(
         "--minify",
@@ -59,8 +64,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
-def _served_with(args: argparse.Namespace) -> tuple[str, bool]:
-    """The minify level the gateway served with, and whether it offloaded large results.
+@dataclass(frozen=True)
+class ServedWith:
+    """What of the gateway's config decides the list it serves (the journal does not say)."""
+
+    minify: str
+    offload: bool = False
+    """Results are recorded as spans (offloading or tag rules): ``read_span`` is listed."""
+    delivery: str = "reference"
+    pinned: tuple[str, ...] = ()
+
+
+def _served_with(args: argparse.Namespace) -> ServedWith:
+    """How the gateway served the session, from ``--config`` (or the demo's) and ``--minify``.
 
     Raises:
         ConfigError: the config file is missing or malformed.
@@ -69,10 +85,9 @@ def _served_with(args: argparse.Namespace) -> tuple[str, bool]:
     from residency._gateway._run import DEMO_CONFIG
 
     config = load_config(args.config) if args.config else parse_config(DEMO_CONFIG, source="<demo>")
-    offload = config.residency.spans.recorded
-    if args.minify is not None:
-        return MINIFY_ALIASES.get(args.minify, str(args.minify)), offload
-    return config.residency.minify, offload
+    r = config.residency
+    level = MINIFY_ALIASES.get(args.minify, str(args.minify)) if args.minify is not None else r.minify
+    return ServedWith(level, r.spans.recorded, r.delivery, tuple(r.pinned))
 
 
 def _find(store: Store, given: str) -> str | None:
@@ -86,24 +101,31 @@ def _find(store: Store, given: str) -> str | None:
     return None
 
 
-def view(session: Session, *, offload: bool = False) -> dict[str, Any]:
+def view(
+    session: Session, *, offload: bool = False, delivery: str = "list", pinned: Collection[str] = ()
+) -> dict[str, Any]:
     """What the model sees now in ``session``: listed tools and meta-tools with tokens, tombstones.
 
     ``offload``: the gateway records results as spans (offloading or tag rules; ``read_span``
-    is listed then).
+    is listed then). ``delivery``: the gateway's; by reference only the ``pinned`` tools are
+    listed, and ``call_tool`` is (as for ``auto``).
     """
     from residency._gateway._meta_tools import listed_meta_tools, meta_tool_definitions
     from residency._tokens import count_tokens, tokenizer_name
 
     tombstones = session.tombstones()
-    tools = [(n, session.tool(n).tokens) for n in session.resident_tools()]
-    listed = listed_meta_tools(chains=bool(session.chains()), offload=offload)
+    resident = session.resident_tools()
+    if delivery == "reference":
+        resident = [n for n in resident if n in pinned]
+    tools = [(n, session.tool(n).tokens) for n in resident]
+    listed = listed_meta_tools(chains=bool(session.chains()), offload=offload, call_tool=delivery != "list")
     meta = [(str(d["name"]), count_tokens(d)) for d in meta_tool_definitions(listed)]
     tool_tokens = sum(t for _, t in tools)
     meta_tokens = sum(t for _, t in meta)
     return {
         "session": session.session_id,
         "turn": session.turn,
+        "delivery": delivery,
         "tools": [{"name": n, "tokens": t} for n, t in tools],
         "meta_tools": [{"name": n, "tokens": t} for n, t in meta],
         "tool_tokens": tool_tokens,
@@ -123,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     from residency._store import redact_url
 
     try:
-        level, offload = _served_with(args)
+        served = _served_with(args)
         store = _open(args.store)
     except ResidencyError as exc:
         print(f"residency view: {exc}", file=sys.stderr)
@@ -140,9 +162,14 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         session = Session(
-            store, session_id=found, resume=True, minify=_minifier(level), reexpand_tool=REEXPAND_TOOLS
+            store,
+            session_id=found,
+            resume=True,
+            minify=_minifier(served.minify),
+            reexpand_tool=REEXPAND_TOOLS,
         )
-        shown = {"requested": args.session, **view(session, offload=offload), "minify": level}
+        listed = view(session, offload=served.offload, delivery=served.delivery, pinned=served.pinned)
+        shown = {"requested": args.session, **listed, "minify": served.minify}
     except (ConfigError, ResidencyError) as exc:
         print(f"residency view: {exc}", file=sys.stderr)
         return 2
@@ -157,10 +184,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _print(v: dict[str, Any]) -> None:
     found = "" if v["session"] == v["requested"] else f" (found as {v['session']})"
-    print(f"session {v['requested']}{found}: turn {v['turn']}, minify {v['minify']}")
+    print(
+        f"session {v['requested']}{found}: turn {v['turn']}, minify {v['minify']}, delivery {v['delivery']}"
+    )
     rows = [(t["name"], t["tokens"]) for t in (*v["tools"], *v["meta_tools"])]
     width = max([len(name) for name, _ in rows] + [len("total")])
-    print(f"listed tools ({len(v['tools'])} resident + {len(v['meta_tools'])} meta-tools):")
+    which = "pinned" if v["delivery"] == "reference" else "resident"
+    print(f"listed tools ({len(v['tools'])} {which} + {len(v['meta_tools'])} meta-tools):")
     for t in v["tools"]:
         print(f"  {t['name']:<{width}}  {t['tokens']:>6}")
     for m in v["meta_tools"]:

@@ -175,7 +175,7 @@ class ResidencySettings(_Strict):
     minify: Literal["none", "full-text", "compact", "minimal"] = "full-text"
     store: str = "memory://"
     chains: Literal["refuse", "warn"] = "refuse"
-    delivery: Literal["list", "reference", "auto"] = "list"
+    delivery: Literal["list", "reference", "auto"] = "reference"
     call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
     startup_timeout: float = Field(default=DEFAULT_STARTUP_TIMEOUT, gt=0)
     ready_wait: float = Field(default=DEFAULT_READY_WAIT, ge=0)

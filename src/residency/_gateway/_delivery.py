@@ -2,16 +2,18 @@
 
 Theory of operation
 -------------------
-**By list** (``"list"``, the default). A tool the model needs joins the session's
+**By list** (``"list"``). A tool the model needs joins the session's
 ``tools/list`` (a re-expansion, a phase entered, an implicit re-expansion), the client is told
 (``list_changed`` or the listen stream), and every change costs the host a prompt-cache write of
 the conversation so far. The schema budget decides what the list shows (``_planner``).
 
-**By reference** (``"reference"``). The list stays fixed: the pinned tools, plus the meta-tools
-with ``call_tool``. It changes only when an upstream's catalog changes under it (a pinned tool
-added, redefined or gone), or when the archive scope gains its first chain (``check_chain``
-joins, and the tools a chain retires leave). Other tools reach the model in results, and the
-model calls them through ``call_tool`` (or by name, where its client allows):
+**By reference** (``"reference"``, the default: it serves every client, one that freezes its
+first list included, and costs least on the session benchmark). The list stays fixed: the
+pinned tools, plus the meta-tools with ``call_tool``. It changes only when an upstream's
+catalog changes under it (a pinned tool added, redefined or gone), or when the archive scope
+gains its first chain (``check_chain`` joins, and the tools a chain retires leave). Other tools
+reach the model in results, and the model calls them through ``call_tool`` (or by name, where
+its client allows):
 
 1. A result that shows schemas is a *delivery* (``Session.record_delivery``): each
    ``search_tools`` hit carries its schema as the list would show it (the session's minify

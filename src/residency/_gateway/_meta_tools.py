@@ -386,7 +386,8 @@ def _delivered_hits(
         )
         lines.append(json.dumps(spec.shown, ensure_ascii=False, separators=(",", ":")))
     lines.append(CALL_HINT)
-    result = _result("\n".join(lines), {"tools": found})
+    # The hint in the structured content too: some clients hand the model that instead of the text.
+    result = _result("\n".join(lines), {"tools": found, "hint": CALL_HINT})
     result.meta = {RESULT_META_KEY: delivery.id}
     return result
 
@@ -438,7 +439,10 @@ def reexpand_tools(
         lines.append(f"Re-expanded; these tools are callable now.{hint} Full definitions:")
         lines.extend(json.dumps(t, ensure_ascii=False, separators=(",", ":")) for t in tools)
     lines.extend(f"{e['name']}: {e['message']}" for e in errors)
-    result = _result("\n".join(lines), {"tools": tools, "errors": errors}, error=not tools)
+    data: JSONObject = {"tools": tools, "errors": errors}
+    if call_tool and tools:
+        data["hint"] = CALL_HINT  # as for search hits: for clients that show the model this
+    result = _result("\n".join(lines), data, error=not tools)
     if deliver and tools:
         delivery = session.record_delivery([str(t["name"]) for t in tools])
         result.meta = {RESULT_META_KEY: delivery.id}

@@ -69,8 +69,19 @@ DEMO_CONFIG = """{
   "mcpServers": {},
   "residency": {"budget": {"schema_tokens": 700, "argument_tokens": 20000}, "minify": "compact"}
 }"""
-"""The demo desk's policy: a schema budget tight enough that, after a few read-only calls, a
-mutation tool called earlier is demoted and tombstoned (the seed-000 scenario)."""
+"""The demo desk's policy (``residency serve`` with no config), on the default delivery, by
+reference: the list is the meta-tools with ``call_tool``; the desk's tools are found with
+``search_tools`` and called through ``call_tool``. The schema budget matters by list only
+(``residency demo`` plays seed 000 that way: a mutation tool called earlier is demoted and
+tombstoned after a few read-only calls)."""
+
+_DELIVERY_NOTES = {
+    "reference": ": the list is the pinned tools and the meta-tools; search_tools finds the rest, "
+    "call_tool calls them",
+    "list": ": tools join the list as they are needed",
+    "auto": ": by list while the client sees list changes, else by reference",
+}
+"""What the startup summary says of each delivery."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _READ_SIZE = 1 << 16
@@ -127,6 +138,9 @@ class ServeOptions:
                 raise ConfigError(
                     f"--store: {exc.errors()[0]['msg'].removeprefix('Value error, ')}", where="--store"
                 ) from None
+            config = config.model_copy(update={"residency": settings})
+        if args.delivery is not None:
+            settings = config.residency.model_copy(update={"delivery": args.delivery})
             config = config.model_copy(update={"residency": settings})
         token = _token(args, environ, config) if args.transport == "http" else None
         insecure = bool(args.insecure)
@@ -222,6 +236,7 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
         f"idle_turns={idle} planner={budget.planner}"
     )
     lines.append(f"minify {settings.minify}")
+    lines.append(f"delivery {settings.delivery}{_DELIVERY_NOTES[settings.delivery]}")
     key = options.session
     if options.transport == "stdio" and key is not None:
         lines.append(f"session {key} (resume with --session {key})")
