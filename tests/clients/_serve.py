@@ -34,7 +34,7 @@ SERVE: tuple[str, ...] = (sys.executable, "-m", "residency", "serve")
 STARTUP = START
 """Seconds the gateway may take to print its URL (a loaded machine starts Python slowly)."""
 
-_SERVING = re.compile(rb"serving MCP at (http://127\.0\.0\.1:\d+/\S*)")
+_SERVING = re.compile(rb"serving MCP at (http://\S+?:\d+/\S*)")
 
 
 def _kill_group(process: anyio.abc.Process) -> None:

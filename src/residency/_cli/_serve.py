@@ -86,6 +86,15 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="HTTP port; 0 picks a free one (default: 8765)")
     p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name or address clients may reach the HTTP gateway by, besides the bound "
+        "address (repeatable; bound to 0.0.0.0 or ::, the machine's own names and addresses are "
+        "allowed already); other Host headers get 421",
+    )
+    p.add_argument(
         "--store", metavar="URL", help="session store: memory:// or sqlite:///path.db (overrides the config)"
     )
     p.add_argument(

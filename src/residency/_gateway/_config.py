@@ -161,6 +161,8 @@ class ResidencySettings(_Strict):
         relist_interval: seconds after which a call re-lists its upstream before forwarding;
             a change made without ``tools/list_changed`` is noticed within it (0: every call).
         token: bearer token required by the HTTP transport (``--token`` overrides it).
+        allowed_hosts: more host names (or addresses) the HTTP transport's ``Host`` check allows
+            besides the bound address, e.g. the DNS name clients use (``--allowed-host`` adds).
         spans: offloading of large upstream results (see ``SpanSettings``).
         revoke_command: the revocation hook: a program and its arguments, run once per
             credential reference of an archived chain, with the reference in place of each
@@ -181,6 +183,7 @@ class ResidencySettings(_Strict):
     ready_wait: float = Field(default=DEFAULT_READY_WAIT, ge=0)
     relist_interval: float = Field(default=30.0, ge=0)
     token: SecretStr | None = None
+    allowed_hosts: tuple[str, ...] = ()
     read_only: tuple[str, ...] = ()
     mutating: tuple[str, ...] = ()
     spans: SpanSettings = SpanSettings()
@@ -209,6 +212,15 @@ class ResidencySettings(_Strict):
             raise ValueError("an argument holds a NUL character")
         return value
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            bad = host_name_problem(name)
+            if bad is not None:
+                raise ValueError(bad)
+        return value
+
     @field_validator("minify", mode="before")
     @classmethod
     def _minify_alias(cls, value: object) -> object:
@@ -233,6 +245,19 @@ class ResidencySettings(_Strict):
             "expected 'memory://', 'sqlite:///path/to/file.db' (four slashes for an absolute path) "
             "or 'postgresql://user@host/database'"
         )
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}|[0-9A-Fa-f:.]{2,45}")
+
+
+def host_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a host name or address the ``Host`` check can allow, or None."""
+    if _HOST_NAME.fullmatch(name.strip("[]")) is None:
+        return (
+            f"{name!r} is not a host name or address: give the name alone (letters, digits, dots "
+            "and hyphens, or an IP address), with no scheme, port, path or wildcard"
+        )
+    return None
 
 
 class _ServerBase(BaseModel):

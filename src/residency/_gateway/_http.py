@@ -12,7 +12,10 @@ Paths:
 ``/metrics``  ``GET``: the Prometheus text format (see ``_telemetry``).
 
 Bound to 127.0.0.1 by default, with DNS-rebinding protection on (a request whose ``Host`` is
-not the bound address gets 421). Binding elsewhere keeps the protection, allowing that host.
+not the bound address gets 421). Binding elsewhere keeps the protection, allowing that host;
+bound to every address (``0.0.0.0``, ``::``) it allows the loopback names and the machine's own
+names and addresses; ``--allowed-host`` (``residency.allowed_hosts``) adds more, such as the DNS
+name clients or a load balancer use.
 With a token, every request must carry ``Authorization: Bearer <token>`` (compared in constant
 time); others get 401 and never reach MCP. A request that passes is marked with the token's
 identity (``IDENTITY_STATE`` in the ASGI scope's state), to which ``_connection`` binds the
@@ -45,11 +48,12 @@ whoever can reach the bound address, as ``/mcp`` is.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import ipaddress
 import os
 import socket
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import anyio
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
@@ -83,6 +87,8 @@ MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+"""Bind addresses that mean every address of the machine."""
 _NO_STORE = {"cache-control": "no-store"}
 
 MIN_TOKEN_CHARS = 16
@@ -158,19 +164,52 @@ def health(upstreams: Mapping[str, Upstream], secrets: Secrets) -> tuple[int, JS
     return (503 if "failed" in statuses else 200), {"status": "degraded", "upstreams": entries}
 
 
-def _security(host: str) -> TransportSecuritySettings:
+def machine_names() -> list[str]:
+    """The names and addresses a client on the network may reach this machine by: its host
+    name, fully qualified name, the addresses they resolve to, and the address it reaches other
+    hosts from (no packet is sent to find it)."""
+    names: dict[str, None] = {}
+    for name in (socket.gethostname(), socket.getfqdn()):
+        if name:
+            names[name] = None
+            with contextlib.suppress(OSError):
+                for *_, address in socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP):
+                    names[str(address[0])] = None
+    for family, probe in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as udp:
+            udp.connect((probe, 9))  # a documentation address: nothing is sent
+            names[str(udp.getsockname()[0])] = None
+    return list(names)
+
+
+def _patterns(names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The ``Host`` and ``Origin`` values that name one of ``names``, with or without a port."""
+    hosts: list[str] = []
+    origins: list[str] = []
+    for name in dict.fromkeys(names):
+        shown = f"[{name}]" if ":" in name else name
+        hosts += [shown, f"{shown}:*"]
+        origins += [f"http://{shown}", f"http://{shown}:*", f"https://{shown}", f"https://{shown}:*"]
+    return hosts, origins
+
+
+def _security(host: str, allowed: Sequence[str] = ()) -> TransportSecuritySettings:
+    """DNS-rebinding protection: the ``Host`` (and ``Origin``) a request may carry.
+
+    Bound to loopback: the loopback names. Bound to an address: that address. Bound to every
+    address (``0.0.0.0``, ``::``): the loopback names and the machine's own (``machine_names``).
+    ``allowed`` (``--allowed-host``, ``residency.allowed_hosts``) adds names in every case: the
+    DNS name clients use, a load balancer's.
+    """
     if host in _LOOPBACK:
-        # The SDK's own loopback default, spelled out so /healthz and /metrics apply it too.
-        return TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
-        )
-    shown = f"[{host}]" if ":" in host else host
+        names = ["127.0.0.1", "localhost", "::1"]
+    elif host in WILDCARD_HOSTS:
+        names = ["127.0.0.1", "localhost", "::1", *machine_names()]
+    else:
+        names = [host]
+    hosts, origins = _patterns([*names, *allowed])
     return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[f"{shown}:*", shown],
-        allowed_origins=[f"http://{shown}:*", f"https://{shown}:*"],
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
     )
 
 
@@ -214,6 +253,7 @@ def http_app(
     host: str = "127.0.0.1",
     token: str | None = None,
     json_response: bool | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> ASGIApp:
     """The gateway's ASGI app: ``/mcp`` (streamable HTTP), ``/healthz``, ``/metrics``.
 
@@ -223,6 +263,7 @@ def http_app(
         token: the bearer token every request must carry, or None.
         json_response: answer each request with one JSON body instead of an SSE stream (see
             the module docstring); None: as ``RESPONSES_ENV`` says (SSE when unset).
+        allowed_hosts: more names the ``Host`` check allows (see ``_security``).
 
     Raises:
         ConfigError: ``token`` is the empty string (None means no token), or ``RESPONSES_ENV``
@@ -232,7 +273,7 @@ def http_app(
         raise ConfigError("the bearer token is empty, which would turn authentication off", where="token")
     if json_response is None:
         json_response = json_responses()
-    security = _security(host)
+    security = _security(host, allowed_hosts)
     # The operator routes ride on the SDK's own app, so its lifespan (the session manager)
     # runs as it would without them.
     app: ASGIApp = gateway.server.streamable_http_app(
@@ -273,10 +314,11 @@ async def serve_http(
     insecure: bool = False,
     started: Callable[[str], Awaitable[None] | None] | None = None,
     json_response: bool | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> None:
     """Serve the gateway on ``sock`` until cancelled (uvicorn on the running event loop).
 
-    ``json_response`` is passed to ``http_app``.
+    ``json_response`` and ``allowed_hosts`` are passed to ``http_app``.
 
     Raises:
         ConfigError: ``host`` is beyond loopback with no token and not ``insecure``, the
@@ -287,7 +329,7 @@ async def serve_http(
     problem = exposure_problem(host, token, insecure=insecure)
     if problem is not None:
         raise ConfigError(problem, where="host")
-    app = http_app(gateway, host=host, token=token, json_response=json_response)
+    app = http_app(gateway, host=host, token=token, json_response=json_response, allowed_hosts=allowed_hosts)
     # log_config=None: uvicorn's records go through the process's own handlers (which scrub
     # secrets, see ``residency._cli._serve``) instead of handlers of its own.
     config = uvicorn.Config(

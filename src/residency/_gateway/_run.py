@@ -49,7 +49,14 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
 from residency._errors import ConfigError
-from residency._gateway._config import GatewayConfig, ResidencySettings, Secrets, load_config, parse_config
+from residency._gateway._config import (
+    GatewayConfig,
+    ResidencySettings,
+    Secrets,
+    host_name_problem,
+    load_config,
+    parse_config,
+)
 from residency._gateway._demo import IncidentDesk
 from residency._gateway._http import bind, exposure_problem, is_loopback, serve_http, token_problem
 from residency._gateway._server import Gateway
@@ -113,6 +120,8 @@ class ServeOptions:
     transport: str = "stdio"
     host: str = "127.0.0.1"
     port: int = 8765
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names the HTTP ``Host`` check allows besides the bound address (config and CLI)."""
     session: str | None = None
     token: str | None = None
     timeout: float | None = None
@@ -142,6 +151,11 @@ class ServeOptions:
         if args.delivery is not None:
             settings = config.residency.model_copy(update={"delivery": args.delivery})
             config = config.model_copy(update={"residency": settings})
+        for name in args.allowed_host:
+            problem = host_name_problem(name)
+            if problem is not None:
+                raise ConfigError(f"--allowed-host: {problem}", where="--allowed-host")
+        allowed_hosts = tuple(dict.fromkeys([*config.residency.allowed_hosts, *args.allowed_host]))
         token = _token(args, environ, config) if args.transport == "http" else None
         insecure = bool(args.insecure)
         if args.transport == "http":
@@ -159,6 +173,7 @@ class ServeOptions:
             transport=args.transport,
             host=args.host,
             port=args.port,
+            allowed_hosts=allowed_hosts,
             session=session,
             token=token,
             timeout=args.timeout,
@@ -342,7 +357,13 @@ async def _run_gateway(options: ServeOptions) -> None:
             _say(f"residency: serving MCP at {url}")
 
         await serve_http(
-            gateway, sock, host=options.host, token=options.token, insecure=options.insecure, started=started
+            gateway,
+            sock,
+            host=options.host,
+            token=options.token,
+            insecure=options.insecure,
+            started=started,
+            allowed_hosts=options.allowed_hosts,
         )
 
 
