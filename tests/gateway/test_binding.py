@@ -4,7 +4,6 @@ DNS-rebinding check still refusing a ``Host`` or ``Origin`` no one allowed."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 
@@ -38,13 +37,9 @@ def _routable() -> str:
 @pytest.fixture(scope="module")
 def wildcard() -> Iterator[tuple[Shared, int]]:
     """``residency serve --transport http --host 0.0.0.0 --allowed-host ...`` with a token."""
-    os.environ["RESIDENCY_TOKEN"] = TOKEN
-    try:
-        with serve_shared("--host", "0.0.0.0", "--allowed-host", ALLOWED) as shared:
-            port = int(re.search(r":(\d+)/", shared.served.url).group(1))  # type: ignore[union-attr]
-            yield shared, port
-    finally:
-        del os.environ["RESIDENCY_TOKEN"]
+    with serve_shared("--host", "0.0.0.0", "--allowed-host", ALLOWED, "--token", TOKEN) as shared:
+        port = int(re.search(r":(\d+)/", shared.served.url).group(1))  # type: ignore[union-attr]
+        yield shared, port
 
 
 @pytest.mark.slow
