@@ -19,7 +19,7 @@ from residency._cli import main as cli_main
 from residency._cli._bench import BENCHES
 from residency._gateway import RESPONSES_ENV
 from residency._gateway._meta_tools import listed_meta_tools
-from tests._timing import scaled
+from tests._timing import START, TEST
 
 
 def test_the_nearest_rank_percentile_picks_a_measured_sample() -> None:
@@ -81,7 +81,8 @@ async def test_the_http_fronts_the_bench_compares_answer_as_labelled_and_forward
     up_port = bench.free_port()
     up_url = f"http://127.0.0.1:{up_port}/mcp"
     config = tmp_path / "http.json"
-    config.write_text(json.dumps({"mcpServers": {"up": {"url": up_url}}, "residency": {"pinned": ["echo"]}}))
+    residency = {"pinned": ["echo"], "ready_wait": START}  # serve once the upstream is up
+    config.write_text(json.dumps({"mcpServers": {"up": {"url": up_url}}, "residency": residency}))
     serve = [sys.executable, "-m", "residency", "serve", "--config", str(config), "--transport", "http"]
     proxy = [sys.executable, "-m", "residency._bench.gateway", "--serve-proxy", up_url]
     # (argv, environment, whether it should answer JSON)
@@ -104,7 +105,7 @@ async def test_the_http_fronts_the_bench_compares_answer_as_labelled_and_forward
             "clientInfo": {"name": "t", "version": "0"},
         },
     }
-    with anyio.fail_after(scaled(120)):
+    with anyio.fail_after(TEST):  # five interpreters, started one after another
         async with (
             bench._process(bench._upstream_argv("http", up_port), tmp_path / "up.log") as up,
             contextlib.AsyncExitStack() as stack,

@@ -256,7 +256,7 @@ async def _run(args: argparse.Namespace) -> BenchReport:
                 json.dumps(
                     {
                         "mcpServers": {"up": {"command": up[0], "args": up[1:]}},
-                        "residency": {"pinned": [ECHO]},
+                        "residency": {"pinned": [ECHO], "ready_wait": 120},
                     }
                 )
             )

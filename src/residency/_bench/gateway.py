@@ -247,6 +247,10 @@ async def _list_latency(make_client: ClientFactory, repeat: int) -> tuple[float,
 
 
 def _config(residency: dict[str, Any], servers: dict[str, Any] | None = None) -> str:
+    """A gateway config; with ``servers``, one that serves once they are up (``ready_wait``), so
+    that the first list, and the first measured call, find the upstream's tools on a busy machine."""
+    if servers:
+        residency = {"ready_wait": _STARTUP_TIMEOUT, **residency}
     return json.dumps({"mcpServers": servers or {}, "residency": residency})
 
 

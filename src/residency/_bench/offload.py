@@ -63,6 +63,7 @@ _OFFLOAD_TOKENS = 4000
 _WARMUP = 2
 _ROUNDS = 10
 _RUN_TIMEOUT = 1800.0
+_READY_WAIT = 120.0
 
 
 # -- the upstream ----------------------------------------------------------------------------
@@ -96,6 +97,8 @@ def upstream_server(size: int) -> Server[Any]:
 
 def _config(offload: bool, store: str, servers: dict[str, Any] | None = None) -> str:
     residency: dict[str, Any] = {"pinned": [DUMP], "store": store}
+    if servers:  # serve once the upstream is up: the first call must find its tool
+        residency["ready_wait"] = _READY_WAIT
     if offload:
         residency["spans"] = {"offload_tokens": _OFFLOAD_TOKENS}
     return json.dumps({"mcpServers": servers or {}, "residency": residency})
