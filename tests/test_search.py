@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from residency import Budget, Session, SQLiteStore
 from residency._bench.search import default_queries, load_queries
 from residency._core._tools import definition_hash
 from residency._search import (
@@ -98,6 +99,48 @@ def test_task_words_meet_tool_words_across_case_styles_and_suffixes() -> None:
     assert tokenize("restarting restarts restarted") == ["restart"] * 3
     assert tokenize("the pod keeps crashing") == tokenize("pod keep crash")
     assert "pull" in query_terms("merge my PR") and "request" in query_terms("merge my PR")
+
+
+def test_every_script_gives_terms_and_accents_and_widths_fold() -> None:
+    assert tokenize("获取36氪热榜 café Zürich") == ["获取", "36", "氪热", "热榜", *tokenize("cafe zurich")]
+    assert tokenize("Zürich") == tokenize("zurich") == tokenize("ZURICH")
+    assert tokenize("\uff21\uff30\uff29 \uff4b\uff45\uff59") == tokenize("API key")  # full-width (NFKC)
+    assert tokenize("ﬁle") == tokenize("file")  # a ligature
+    assert tokenize("Straße") == tokenize("strasse")
+    assert tokenize("Москва Файл") == ["москва", "файл"]
+    assert tokenize("Ελλάδα") == tokenize("ελλαδα")
+    assert tokenize("फ़ाइल खोजें") == ["फ़ाइल", "खोजें"]  # combining marks stay with their letters
+    assert tokenize("검색") == ["검색"] and tokenize("天") == ["天"]  # one pair, one character
+    assert tokenize("ファイルを検索") == ["ファ", "ァイ", "イル", "ルを", "を検", "検索"]
+    assert tokenize("fileÄnderung getÜbersicht") == tokenize("file anderung get ubersicht")
+    # ASCII words read the same wherever they stand, and punctuation from other scripts only separates
+    assert tokenize("it\u2019s the \u201cpod\u201d \u2014 restarting") == tokenize(
+        'it\'s the "pod" - restarting'
+    )
+    assert tokenize("读取README文件") == ["读取", "readm", "文件"]
+
+
+def test_bm25_finds_tools_described_in_chinese_among_english_ones() -> None:
+    """The AMap server's real tool list (Chinese descriptions) beside the dev corpus: Chinese
+    tasks reach its tools, and English ones still reach the English tools."""
+    catalog = Path(__file__).resolve().parent.parent / "benchmarks" / "catalogs" / "amap-maps.json"
+    amap = json.loads(catalog.read_text())["tools"]
+    english = {t["name"]: (server, t) for server, ts in load_corpus().items() for t in ts}
+    tools = [IndexedTool(name, definition_hash(t), t, server) for name, (server, t) in english.items()]
+    index = ToolIndex([*tools, *indexed(amap, "amap")], embedder=None)
+    tasks = {
+        "查询北京明天的天气": "maps_weather",
+        "把这个地址转换成经纬度坐标": "maps_geo",
+        "帮我规划一条骑行路线": "maps_bicycling",
+        "两个地点之间的距离是多少": "maps_distance",
+        "根据IP地址定位": "maps_ip_location",
+        "乘坐地铁和公交去机场的方案": "maps_direction_transit_integrated",
+        "经纬度坐标对应的行政区划地址": "maps_regeocode",
+    }
+    for task, expected in tasks.items():
+        hits = [h.name for h in index.search(task, limit=3)]
+        assert expected in hits, (task, hits)
+    assert index.search("read the contents of a file", limit=3)[0].name != "maps_geo"
 
 
 def test_bm25_finds_a_tool_by_a_paraphrased_task_and_leaves_out_tools_sharing_no_term() -> None:
@@ -209,6 +252,27 @@ def test_search_over_candidate_definitions_reuses_the_index_of_the_same_candidat
     assert hits[0].summary == "Post a new message to a Slack channel"
     index = shared_index(indexed(TOOLS))
     assert search("timezone", TOOLS, ranker="bm25") == index.search("timezone", ranker="bm25")
+
+
+def test_session_search_follows_the_catalog_as_it_changes_and_after_catching_up(tmp_path: Path) -> None:
+    """``Session.search`` keeps its catalog's index between queries: a tool registered or
+    redefined later, and one a second writer registered, are found all the same."""
+    store = SQLiteStore(tmp_path / "sessions.db")
+    session = Session(store=store, session_id="s")
+    session.register_tools(TOOLS)
+    session.plan_turn(Budget(schema_tokens=1, argument_tokens=1))  # every tool withheld
+    assert session.search("kubernetes pod logs", limit=1)[0].name == "kubectl_logs"
+    session.register_tools([tool("pagerduty_page", "Page the on-call engineer")])
+    session.plan_turn(Budget(schema_tokens=1, argument_tokens=1))
+    assert session.search("page the on-call engineer", limit=1)[0].name == "pagerduty_page"
+    session.register_tools([tool("kubectl_logs", "Stream audit records of a cluster", pod="Pod name")])
+    session.plan_turn(Budget(schema_tokens=1, argument_tokens=1))
+    assert session.search("audit records", limit=1)[0].name == "kubectl_logs"
+    other = Session(store=store, session_id="s")
+    other.register_tools([tool("statuspage_post", "Post a status page update")])
+    session.catch_up()
+    session.plan_turn(Budget(schema_tokens=1, argument_tokens=1))
+    assert session.search("status page update", limit=1)[0].name == "statuspage_post"
 
 
 def test_names_in_an_index_must_be_unique() -> None:

@@ -101,6 +101,8 @@ class SessionState:
         self.events: list[Event] = []
         self.at = 0.0
         self.tools: dict[str, ToolSpec] = {}
+        self.catalog_version = 0
+        """Bumped whenever ``tools`` changes: what a cache built over the catalog keys on."""
         self.states: dict[str, ToolState] = {}
         self.last_turn: dict[str, int] = {}
         self.uses: dict[str, int] = {}
@@ -190,6 +192,7 @@ def _register(s: SessionState, data: Mapping[str, Any]) -> None:
     # Runs once per tool of a catalog: lookups bound once.
     spec_of, tools, states, last_turn, event = s.spec_of, s.tools, s.states, s.last_turn, s.event
     resident, registered, turn = ToolState.RESIDENT, EventKind.REGISTERED, s.turn
+    s.catalog_version += 1
     for tool in data["tools"]:
         name = tool["name"]
         spec = spec_of(tool)

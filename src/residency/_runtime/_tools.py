@@ -22,6 +22,7 @@ from typing import Any
 from jsonschema.exceptions import ValidationError
 
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
+from residency._core._state import SessionState
 from residency._core._tools import MAX_ARGUMENT_DEPTH, CallRecord, JSONObject, ToolSpec
 from residency._core._validation import (
     MAX_ARGUMENT_BYTES,
@@ -49,7 +50,7 @@ from residency._runtime._tool_cache import (
     remember_checked,
     shared_validator,
 )
-from residency._search import SearchHit, shared_index
+from residency._search import SearchHit, ToolIndex, shared_index
 from residency._tokens import count_tokens
 
 __all__ = ["IMPLICIT_REEXPANSION", "CallGuard", "ToolPart"]
@@ -80,6 +81,8 @@ class ToolPart:
         self.guards = list(guards)
         # Compiled validators, by tool name, with the spec they were compiled for (a cache).
         self._validators: dict[str, tuple[ToolSpec, ArgumentValidator]] = {}
+        # The search index of the catalog, with the state and catalog version it was found for.
+        self._search_index: tuple[SessionState, int, ToolIndex] | None = None
 
     # -- registration ------------------------------------------------------------------------
 
@@ -182,9 +185,17 @@ class ToolPart:
         """
         state = self._journal.state
         states = state.states
-        return shared_index(state.tools.values()).search(
-            query, limit=limit, among=lambda name: states.get(name) in _WITHHELD
-        )
+        return self._index(state).search(query, limit=limit, among=lambda name: states.get(name) in _WITHHELD)
+
+    def _index(self, state: SessionState) -> ToolIndex:
+        """The shared index of ``state``'s catalog, looked up again only when the catalog changed
+        (the lookup's key covers every tool, which costs more than a query)."""
+        cached = self._search_index
+        if cached is not None and cached[0] is state and cached[1] == state.catalog_version:
+            return cached[2]
+        index = shared_index(state.tools.values())
+        self._search_index = (state, state.catalog_version, index)
+        return index
 
     # -- tombstones --------------------------------------------------------------------------
 

@@ -7,6 +7,15 @@ and ``update-incident`` all give ``update incident``), stop words dropped and su
 words meets the tool's own. Fields that say more about a tool than its prose count more: the
 name three times, the title, the description's lead sentence and argument names twice.
 
+Every script gives terms. Text is normalized (NFKC: full-width letters and digits, ligatures)
+and case-folded, and accents are folded (``Zürich`` and ``zurich``, ``café`` and ``cafe`` meet).
+Letters of any script make words, their combining marks included. Scripts written without
+spaces between words (Chinese, Japanese, Thai, Lao, Khmer, Myanmar; Korean too, whose words
+carry their particles) give overlapping
+character pairs instead (``获取天气`` -> ``获取 取天 天气``; a lone character stays as it is),
+as CJK search engines index them: no dictionary to ship, and a query's pairs meet the same
+pairs in a description. English stop words and suffix stripping apply to ASCII words only.
+
 The text the semantic ranker embeds is shorter: the name's words, the title, the description's
 opening and the argument names, which is what tells tools apart; the long tails of some
 descriptions (usage notes, examples) only blur the vector. A query is embedded as the want it
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -34,6 +44,9 @@ __all__ = [
 ]
 
 _WORD = re.compile(r"[A-Z]?[a-z]+|[0-9]+|[A-Z]+(?![a-z])")
+# A stretch holding non-ASCII characters, with the ASCII letters and digits that touch them
+# (``Zürich``, ``fileÄnderung``).
+_MIXED = re.compile(r"[A-Za-z0-9]*(?:[^\x00-\x7f][A-Za-z0-9]*)+")
 _SENTENCE = re.compile(r"(.+?[.!?])(?:\s|$)")
 
 NAME_WEIGHT = 3
@@ -84,8 +97,104 @@ SYNONYMS: Mapping[str, tuple[str, ...]] = {
 
 
 def words(text: str) -> list[str]:
-    """Lower-case word pieces of ``text``: camelCase, snake_case and kebab-case split."""
+    """Lower-case word pieces of ``text``: camelCase, snake_case and kebab-case split; in
+    scripts without spaces, overlapping character pairs (see the module docstring)."""
+    if text.isascii():
+        return _ascii_words(text)
+    # Only the stretches around non-ASCII characters take the slow path, character by character.
+    text = unicodedata.normalize("NFKC", text)
+    out: list[str] = []
+    at = 0
+    for match in _MIXED.finditer(text):
+        out += _ascii_words(text[at : match.start()])
+        for run, unspaced in _runs(match.group(0)):
+            if unspaced:
+                out += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+            elif run.isascii():
+                out += _ascii_words(run)
+            else:
+                out += [_fold(piece) for piece in _pieces(run)]
+        at = match.end()
+    out += _ascii_words(text[at:])
+    return out
+
+
+def _ascii_words(text: str) -> list[str]:
     return [m.group(0).lower() for m in _WORD.finditer(text)]
+
+
+def _unspaced(char: str) -> bool:
+    """Whether ``char`` belongs to a script written without spaces between words."""
+    code = ord(char)
+    return (
+        0x2E80 <= code <= 0x9FFF  # CJK radicals, kana, bopomofo, Hangul jamo, CJK ideographs
+        or 0xAC00 <= code <= 0xD7AF  # Hangul syllables
+        or 0xF900 <= code <= 0xFAFF  # CJK compatibility ideographs
+        or 0x20000 <= code <= 0x3FFFF  # CJK extensions
+        or 0x0E00 <= code <= 0x0EFF  # Thai, Lao
+        or 0x1000 <= code <= 0x109F  # Myanmar
+        or 0x1780 <= code <= 0x17FF  # Khmer
+    )
+
+
+def _runs(text: str) -> list[tuple[str, bool]]:
+    """Maximal runs of word characters (letters, marks, digits) of ``text``, each with whether
+    it is of a script without spaces; everything else separates runs."""
+    runs: list[tuple[str, bool]] = []
+    start, kind = 0, None
+    for i, char in enumerate(text):
+        category = unicodedata.category(char)[0]
+        if category in "LMN" and char != "_":
+            this = _unspaced(char) if category != "M" or kind is None else kind
+        else:
+            this = None
+        if this != kind:
+            if kind is not None:
+                runs.append((text[start:i], kind))
+            start, kind = i, this
+    if kind is not None:
+        runs.append((text[start:], kind))
+    return runs
+
+
+def _pieces(run: str) -> list[str]:
+    """``run`` split where camelCase and digits change, as ``_WORD`` splits ASCII."""
+    pieces: list[str] = []
+    start = 0
+    for i in range(1, len(run)):
+        before, char = run[i - 1], run[i]
+        if unicodedata.category(char)[0] == "M":
+            continue  # a mark stays with its letter
+        after = run[i + 1] if i + 1 < len(run) else ""
+        if (
+            before.isdigit() != char.isdigit()
+            or (before.islower() and char.isupper())
+            or (before.isupper() and char.isupper() and after.islower())
+        ):
+            pieces.append(run[start:i])
+            start = i
+    pieces.append(run[start:])
+    return pieces
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _fold(word: str) -> str:
+    """``word`` case-folded, with the accents of Latin and Greek letters removed (``é`` -> ``e``;
+    Cyrillic ``й`` stays a letter of its own)."""
+    kept: list[str] = []
+    base = 0
+    for char in unicodedata.normalize("NFD", word.casefold()):
+        code = ord(char)
+        if 0x0300 <= code <= 0x036F and (base < 0x0250 or 0x0370 <= base <= 0x03FF):
+            continue
+        if unicodedata.category(char)[0] != "M":
+            base = code
+        kept.append(char)
+    return unicodedata.normalize("NFC", "".join(kept))
+
+
+def _stem(word: str) -> str:
+    return stem(word) if word.isascii() else word
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -119,7 +228,7 @@ def stem(word: str) -> str:
 @functools.lru_cache(maxsize=1 << 14)
 def _terms(text: str) -> tuple[str, ...]:
     # Cached: argument descriptions ("The owner of the repository") recur across tools.
-    return tuple(stem(w) for w in words(text) if w not in STOP_WORDS)
+    return tuple(_stem(w) for w in words(text) if w not in STOP_WORDS)
 
 
 def tokenize(text: str) -> list[str]:
@@ -133,7 +242,7 @@ def query_terms(query: str) -> list[str]:
     for w in words(query):
         if w in STOP_WORDS:
             continue
-        out.append(stem(w))
+        out.append(_stem(w))
         out.extend(stem(x) for x in SYNONYMS.get(w, ()))
     return out
 
