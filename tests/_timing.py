@@ -8,14 +8,28 @@ bounds on waiting, never speed targets: those live in the benchmarks, as ratios.
 Every bound is multiplied by ``RESIDENCY_TEST_TIME_SCALE`` (default 1; e.g. 3 on a machine
 slower still). The product's own timeouts (``call_timeout``, ``startup_timeout``, the upstream
 timeouts) are not set here: a test that exercises one sets it in its config, next to what it
-checks, and a bound that must stay below such a setting says so where it is used.
+checks, and a bound that must stay below such a setting says so where it is used. One exception:
+``UPSTREAMS_UP``, the settings of a gateway whose subject is not how its upstreams start, so that
+it serves once they are up; a test that waits for such a gateway waits ``SERVING``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
-__all__ = ["CLEANUP", "NOTICE", "SCALE", "START", "STEP", "TEST", "scaled"]
+__all__ = [
+    "CLEANUP",
+    "NOTICE",
+    "READY_WAIT",
+    "SCALE",
+    "SERVING",
+    "START",
+    "STEP",
+    "TEST",
+    "UPSTREAMS_UP",
+    "scaled",
+]
 
 
 def _scale() -> float:
@@ -52,3 +66,15 @@ TEST = scaled(240)
 
 CLEANUP = scaled(30)
 """A killed or closed process being reaped."""
+
+READY_WAIT = START
+"""What ``UPSTREAMS_UP`` tells a gateway to wait for its upstreams before it serves."""
+
+UPSTREAMS_UP: Mapping[str, float] = {"ready_wait": READY_WAIT, "startup_timeout": START}
+"""``residency`` settings for a gateway that starts upstream processes, in a test whose subject is
+not their start: it serves once they are up (``ready_wait``; 5 s by default, after which a first
+call finds one still starting), and none is failed for starting slowly (``startup_timeout``; 30 s
+by default). A test of those settings sets its own."""
+
+SERVING = START + READY_WAIT
+"""A gateway process serving: its interpreter starting, then its upstreams (``UPSTREAMS_UP``)."""

@@ -310,6 +310,9 @@ def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
         yield from _models_in(arg)
 
 
+_NESTED_SECTIONS = ("BudgetSettings", "SpanSettings", "HTTPSettings")
+
+
 def config_keys(model: type[BaseModel] = GatewayConfig, prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
     """Every key a config file may hold, as the README names it, with its field."""
     for name, field in model.model_fields.items():
@@ -319,8 +322,8 @@ def config_keys(model: type[BaseModel] = GatewayConfig, prefix: str = "") -> Ite
         yield prefix + key, field
         for inner in _models_in(field.annotation):
             # Server entries are documented by their own keys; the residency section's nested
-            # budget by its dotted path.
-            nested = f"{prefix}{key}." if inner.__name__ in ("BudgetSettings", "SpanSettings") else ""
+            # sections (budget, spans, http) by their dotted paths.
+            nested = f"{prefix}{key}." if inner.__name__ in _NESTED_SECTIONS else ""
             yield from config_keys(inner, nested)
 
 

@@ -17,6 +17,8 @@ tried. That event changes no tool, argument or span state, and no ``revision``.
     │   ├── ArgumentsInvalid              arguments fail the full (pinned) schema
     │   └── ChainCollision                the call would complete an archived fatal chain prefix
     ├── SessionConflict                   another writer changed the session first: not applied, retry
+    ├── SessionLimitReached               a new session key past the memory store's limit
+    ├── SubscriptionLimitReached          a client connection's resource subscriptions past the limit
     ├── ConcurrentUse (+ RuntimeError)    a second thread used a Session while an operation ran
     ├── NotFound (+ LookupError)          an unknown tool, call, span or chain id
     ├── InvalidInput (+ ValueError)       a malformed tool definition, budget, constraint or argument
@@ -50,6 +52,7 @@ __all__ = [
     "StoreConflict",
     "StoreError",
     "StoreUnavailable",
+    "SubscriptionLimitReached",
     "ToolArchived",
     "ToolNotResident",
     "UnknownPhase",
@@ -298,6 +301,23 @@ class SessionLimitReached(ResidencyError):
     to make room. Keys already journaled keep working; a new one is refused and nothing is
     changed. Serve with a SQLite store (``--store sqlite:///path.db``) to meet more sessions,
     or have clients repeat a key (``Residency-Session``). ``limit`` is the limit.
+    """
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class SubscriptionLimitReached(ResidencyError):
+    """Raised when a subscription would take a client past the gateway's limit of them.
+
+    Resource subscriptions are held in memory for as long as they last: those of a
+    ``resources/subscribe`` for the client's connection, the URIs of a
+    ``subscriptions/listen`` filter for its stream. So one connection holds at most ``limit``
+    (``residency.max_subscriptions``), and one filter names at most as many. The subscription
+    is refused and nothing changes: the ones already held stay, and subscribing again to one of
+    them still succeeds. Unsubscribe from some first, or subscribe to fewer. Unlike
+    ``SessionLimitReached``, it bounds what one client holds, not the sessions of a store.
     """
 
     def __init__(self, message: str, *, limit: int) -> None:

@@ -25,14 +25,15 @@ import anyio
 import anyio.abc
 import pytest
 
-from tests._timing import CLEANUP, START, TEST
+from tests._timing import CLEANUP, SERVING, TEST
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVE: tuple[str, ...] = (sys.executable, "-m", "residency", "serve")
 """``residency serve`` as an argv prefix (stdio by default)."""
 
-STARTUP = START
-"""Seconds the gateway may take to print its URL (a loaded machine starts Python slowly)."""
+STARTUP = SERVING
+"""Seconds the gateway may take to print its URL (a loaded machine starts Python slowly, and the
+scenario configs serve once the desk is up: ``UPSTREAMS_UP``)."""
 
 _SERVING = re.compile(rb"serving MCP at (http://\S+?:\d+/\S*)")
 
@@ -56,8 +57,8 @@ async def _close(process: anyio.abc.Process, grace: float = CLEANUP) -> None:
             await process.aclose()
 
 
-def _argv(args: Sequence[str]) -> list[str]:
-    return [*SERVE, "--transport", "http", "--host", "127.0.0.1", "--port", "0", *args]
+def _argv(args: Sequence[str], serve: Sequence[str] = SERVE) -> list[str]:
+    return [*serve, "--transport", "http", "--host", "127.0.0.1", "--port", "0", *args]
 
 
 @dataclass
@@ -78,18 +79,22 @@ class Served:
 
 @asynccontextmanager
 async def http_serve(
-    *args: str, env: Mapping[str, str] | None = None, startup: float = STARTUP
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    startup: float = STARTUP,
+    serve: Sequence[str] = SERVE,
 ) -> AsyncIterator[Served]:
     """Run ``residency serve --transport http --port 0 ARGS`` and yield it once it serves.
 
     The URL is read from the gateway's stderr line ``serving MCP at URL``; stderr is drained for
     the gateway's whole life (a full pipe would stall it) and kept for failure messages.
+    ``serve`` is the command that runs ``residency serve`` (e.g. under a lower resource limit).
 
     Raises:
         RuntimeError: the gateway exited, or printed no URL within ``startup`` seconds.
     """
     process = await anyio.open_process(
-        _argv(args),
+        _argv(args, serve),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -51,9 +51,10 @@ from mcp import ClientSession
 from pydantic import AnyUrl
 
 SERVER = "residency"
-STEP_TIMEOUT = 120.0 * float(os.environ.get("RESIDENCY_TEST_TIME_SCALE", "1"))
-"""Seconds one step may take (a quick-path stdio call starts a whole gateway process), scaled as
-``tests/_timing.py`` scales the tests' waits (this script runs in another venv, without it)."""
+STEP_TIMEOUT = 210.0 * float(os.environ.get("RESIDENCY_TEST_TIME_SCALE", "1"))
+"""Seconds one step may take (a quick-path stdio call starts a whole gateway process, which serves
+once its desk is up: ``SERVING + STEP`` of ``tests/_timing.py``), scaled as that module scales the
+tests' waits (this script runs in another venv, without it)."""
 
 
 class Recorder:

@@ -53,7 +53,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests._timing import START
+from tests._timing import UPSTREAMS_UP
 
 BUDGET = 350
 INITIAL_TOOLS = ("close_incident", "add_timeline_note", "get_runbook")
@@ -124,7 +124,7 @@ def config() -> dict[str, Any]:
             "delivery": "list",
             # Serve once the desk is up (a loaded machine starts it slowly): the first list is
             # the one every client test asserts.
-            "ready_wait": START,
+            **UPSTREAMS_UP,
         },
     }
 
@@ -133,7 +133,7 @@ def reference_config() -> dict[str, Any]:
     """The by-reference task's config: the desk, one pinned tool, the default delivery."""
     return {
         "mcpServers": _desk(),
-        "residency": {"pinned": [REFERENCE_PINNED], "minify": "compact", "ready_wait": START},
+        "residency": {"pinned": [REFERENCE_PINNED], "minify": "compact", **UPSTREAMS_UP},
     }
 
 

@@ -41,15 +41,17 @@ from typing import Any, NoReturn
 import pytest
 
 from residency._gateway._demo import desk_tools
-from tests._timing import scaled
+from tests._timing import SERVING, START
 from tests.clients import scenario
-from tests.clients._desk_ready import desk_joined, write_ready_config, write_ready_reference_config
 from tests.clients._serve import ROOT, Ran, Served, run_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 INSPECTOR = ROOT / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
-RUN_TIMEOUT = scaled(120)
+CONNECT_TIMEOUT = SERVING
+"""Seconds an Inspector run may wait for its connection: over stdio, a gateway starting and serving
+once its stdio desk is up (the Inspector's default is 30 s)."""
+RUN_TIMEOUT = START + CONNECT_TIMEOUT
 """Seconds one Inspector run may take (node, and over stdio a gateway and its stdio desk)."""
 
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"
@@ -203,13 +205,14 @@ def over_stdio(
 ) -> Inspector:
     """The Inspector starting a gateway per run, each resuming session ``key`` from one store;
     ``config``: the gateway's (default ``scenario.config()``, serving once its desk is up)."""
-    config = write_ready_config(tmp_path) if config is None else config
+    config = scenario.write_config(tmp_path) if config is None else config
     # The server command goes through a catalog file: on the Inspector's command line, options
     # such as --config would be read as its own.
     store = f"sqlite:///{(tmp_path / 'sessions.db').resolve()}"
     serve = scenario.serve_command(config, "--session", key, "--store", store)
     catalog = tmp_path / "inspector.json"
-    entry = {"command": serve[0], "args": serve[1:], "cwd": str(ROOT)}
+    connect = round(CONNECT_TIMEOUT * 1000)
+    entry = {"command": serve[0], "args": serve[1:], "cwd": str(ROOT), "connectionTimeout": connect}
     catalog.write_text(json.dumps({"mcpServers": {"residency": entry}}))
     return Inspector(("--config", str(catalog), "--server", "residency"), era, env)
 
@@ -265,7 +268,6 @@ async def test_the_inspector_runs_the_scripted_task_one_process_per_step(
     served: Served | None = None
     if transport == "http":
         served = request.getfixturevalue("gateway")  # its log() holds only this test's lines
-        await desk_joined(served)
         cli = over_http(served, session_key, era, inspector_env)
     else:
         cli = over_stdio(session_key, era, tmp_path, inspector_env)
@@ -320,10 +322,9 @@ async def test_the_inspector_runs_the_reference_task_one_process_per_step(
     """The by-reference task, then the report of the dropped search result: one process a step."""
     if transport == "http":
         served: Served = request.getfixturevalue("reference_gateway")
-        await desk_joined(served)
         cli = over_http(served, session_key, era, inspector_env)
     else:
-        config = write_ready_reference_config(tmp_path)
+        config = scenario.write_reference_config(tmp_path)
         cli = over_stdio(session_key, era, tmp_path, inspector_env, config)
 
     # The list: the pinned tool and the meta-tools (call_tool among them), at every invocation.

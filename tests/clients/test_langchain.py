@@ -22,9 +22,9 @@ adapters' defaults); naming one session keeps its event log readable, which show
 ``via call_tool`` and no ghost. (mcp 1.x's ``ClientSession`` lists the tools again in each
 per-call session whose call succeeds, to learn output schemas; it gets the same list.)
 
-Over HTTP the tests share the module's gateways (``conftest.py``), each in sessions of its own
-once the desk has joined; a gateway started over stdio serves once its desk is up
-(``_desk_ready``: on a loaded machine the desk may start later than the gateway serves).
+Over HTTP the tests share the module's gateways (``conftest.py``), each in sessions of its own;
+every gateway, shared or started over stdio, serves once its desk is up (the scenario configs:
+on a loaded machine the desk may start slowly).
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ from typing import Any
 
 import pytest
 
-from tests._timing import scaled
+from tests._timing import READY_WAIT, scaled
 from tests.clients import scenario
-from tests.clients._desk_ready import desk_joined, write_ready_config, write_ready_reference_config
 from tests.clients._serve import ROOT, Ran, Served, run_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -51,8 +50,9 @@ HERE = Path(__file__).parent
 TASK = HERE / "langchain_task.py"
 PINS = tomllib.loads((HERE / "versions.toml").read_text(encoding="utf-8"))["langchain"]
 HANDSHAKE = "2025-11-25"
-TASK_TIMEOUT = scaled(300)
-"""Seconds one scripted run may take (the stdio quick path starts a gateway per tool call)."""
+TASK_TIMEOUT = scaled(300) + READY_WAIT
+"""Seconds one scripted run may take (the stdio quick path starts a gateway per tool call; a
+gateway serves once its desk is up)."""
 
 LIST_CHANGED = "notifications/tools/list_changed"
 REFUSED, INVALID, IMPLICIT = 3, 4, 5
@@ -80,8 +80,8 @@ def langchain_python() -> str:
 
 @pytest.fixture
 def config_path(tmp_path: Path) -> Path:
-    """The list scenario's config, serving once its desk is up (``_desk_ready``)."""
-    return write_ready_config(tmp_path)
+    """The list scenario's config (``scenario.config()``, serving once its desk is up)."""
+    return scenario.write_config(tmp_path)
 
 
 def stdio_connection(config_path: Path, *extra: str) -> dict[str, Any]:
@@ -89,11 +89,10 @@ def stdio_connection(config_path: Path, *extra: str) -> dict[str, Any]:
     return {"transport": "stdio", "command": command[0], "args": command[1:], "cwd": str(ROOT)}
 
 
-async def shared(request: pytest.FixtureRequest, gateway: str = "gateway") -> Served:
+def shared(request: pytest.FixtureRequest, gateway: str = "gateway") -> Served:
     """The module's shared HTTP gateway of that fixture (``conftest.py``; started when first asked
-    for), once its desk has joined it, and its log from then on."""
+    for, serving once its desk is up), and its log from then on."""
     served: Served = request.getfixturevalue(gateway)
-    await desk_joined(served)
     return Served(served.url, served.stderr, since=len(served.stderr))
 
 
@@ -201,9 +200,7 @@ async def test_a_langchain_session_runs_the_whole_task_through_its_tools(
     """The agent keeps the tools it loaded (the adapters have no list_changed hook), so every
     step, the tombstoned and the evicted tool included, goes through a LangChain tool."""
     connection = (
-        stdio_connection(config_path)
-        if transport == "stdio"
-        else http_connection((await shared(request)).url)
+        stdio_connection(config_path) if transport == "stdio" else http_connection(shared(request).url)
     )
     report = await run_task(langchain_python, connection, "session")
     assert report["protocol_version"] == HANDSHAKE
@@ -228,9 +225,7 @@ async def test_a_langchain_agent_that_reloads_on_list_changed_loses_the_withheld
     (the client stops those steps); ``reexpand_tools`` brings the tombstoned one back into its list.
     The gateway's answers to the same calls on the raw session are still checked."""
     connection = (
-        stdio_connection(config_path)
-        if transport == "stdio"
-        else http_connection((await shared(request)).url)
+        stdio_connection(config_path) if transport == "stdio" else http_connection(shared(request).url)
     )
     report = await run_task(langchain_python, connection, "session", relist_on_change=True)
     calls = report["steps"][1:]
@@ -255,7 +250,6 @@ async def test_the_quick_path_over_http_without_a_session_header_forgets_between
     """Each tool call is a new MCP session and so a new gateway session: nothing the earlier
     calls did is known to the next. The tombstoned tool is not refused (a fresh session has it
     resident), and a re-expansion is lost as soon as its call returns."""
-    await desk_joined(gateway)
     report = await run_task(langchain_python, http_connection(gateway.url), "quick")
     assert initial_list(report) == {*scenario.INITIAL_TOOLS, *scenario.META_TOOLS}
     calls = report["steps"][1:]
@@ -276,7 +270,6 @@ async def test_the_quick_path_over_http_with_a_session_header_runs_the_task(
 ) -> None:
     """``"headers": {"Residency-Session": ...}`` in the connection config names one gateway
     session across the per-call MCP sessions: the task runs as in a persistent session."""
-    await desk_joined(gateway)
     report = await run_task(langchain_python, http_connection(gateway.url, session_key), "quick")
     calls = report["steps"][1:]
     assert all(step["held"] for step in calls)
@@ -401,10 +394,10 @@ async def test_the_quick_path_runs_the_reference_task_in_a_named_session(
     after: list[dict[str, Any]] = [READ_EVENTS]
     if transport == "stdio":
         store = f"sqlite:///{(tmp_path / 'sessions.db').resolve()}"
-        config = write_ready_reference_config(tmp_path)
+        config = scenario.write_reference_config(tmp_path)
         connection = stdio_connection(config, "--session", session_key, "--store", store)
     else:
-        served = await shared(request, "reference_gateway")
+        served = shared(request, "reference_gateway")
         connection = http_connection(served.url, session_key)
         after.append(READ_TIMELINE)  # over stdio each call's gateway starts a desk of its own
     report, ran = await run_plan(langchain_python, connection, "quick", scenario.REFERENCE_STEPS, after=after)
@@ -445,9 +438,9 @@ async def test_the_quick_path_runs_the_reference_task_with_no_session_named(
     search result carries the schema and a valid ``call_tool`` call re-expands what it names."""
     served: Served | None = None
     if transport == "stdio":
-        connection = stdio_connection(write_ready_reference_config(tmp_path))
+        connection = stdio_connection(scenario.write_reference_config(tmp_path))
     else:
-        served = await shared(request, "reference_gateway")
+        served = shared(request, "reference_gateway")
         connection = http_connection(served.url)
     report, ran = await run_plan(langchain_python, connection, "quick", scenario.REFERENCE_STEPS)
     check_reference_task(report)

@@ -61,9 +61,8 @@ from agents.tool_context import ToolContext
 from mcp.client.stdio import stdio_client
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-from tests._timing import CLEANUP, scaled
+from tests._timing import CLEANUP, READY_WAIT, SERVING, scaled
 from tests.clients import scenario
-from tests.clients._desk_ready import desk_joined, write_ready_config, write_ready_reference_config
 from tests.clients._serve import HttpSession, Served
 from tests.clients.scenario import (
     EVICTED_TOOL,
@@ -77,11 +76,13 @@ from tests.clients.scenario import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-RUN_LIMIT = scaled(120)
-"""Seconds one whole scripted run may take (two Python processes start; the machine is loaded)."""
+RUN_LIMIT = scaled(120) + READY_WAIT
+"""Seconds one whole scripted run may take (two Python processes start; the machine is loaded;
+over stdio the gateway serves once its desk is up)."""
 
-REQUEST_TIMEOUT = scaled(60)
-"""Seconds one MCP request may take (openai-agents' default, 5 s, is short on a loaded machine)."""
+REQUEST_TIMEOUT = SERVING
+"""Seconds one MCP request may take (openai-agents' default, 5 s, is short on a loaded machine):
+over stdio the first, ``initialize``, is answered once the gateway serves."""
 
 MODERN = "2026-07-28"
 FIRST_LIST = frozenset(INITIAL_TOOLS + META_TOOLS)
@@ -312,7 +313,7 @@ async def run_scenario(
     errlog: Path | None = None,
 ) -> Run:
     """Run ``steps`` through openai-agents on a gateway of ``config`` (default the list scenario's,
-    serving once its desk is up; over HTTP, the gateway ``http`` names is already running its
+    which serves once its desk is up; over HTTP, the gateway ``http`` names is already running its
     own). ``read_timeline``: read INC-7's timeline from the desk afterwards (through
     ``call_tool``, not through the model); ``errlog``: over stdio, where the gateway's stderr goes."""
     model = ScriptedModel(steps)
@@ -325,7 +326,7 @@ async def run_scenario(
     output: Any = None
     error: ModelBehaviorError | None = None
     timeline: list[str] | None = None
-    config_path = config if config is not None else write_ready_config(tmp_path)
+    config_path = config if config is not None else scenario.write_config(tmp_path)
     with anyio.fail_after(RUN_LIMIT):
         async with server_for(
             config_path, http, recorder, cache_tools_list=cache_tools_list, errlog=errlog
@@ -366,16 +367,15 @@ async def desk_timeline(server: MCPServerStdio | MCPServerStreamableHttp) -> lis
     return timeline
 
 
-async def http_session(
+def http_session(
     transport: str, request: pytest.FixtureRequest, gateway: str = "gateway"
 ) -> HttpSession | None:
     """For a test run over ``transport``: over ``"http"`` a session of its own on the module's
-    shared gateway of that fixture (``conftest.py``), once its desk has joined it; over stdio None
+    shared gateway of that fixture (``conftest.py``, serving once its desk is up); over stdio None
     (openai-agents starts the gateway itself)."""
     if transport == "stdio":
         return None
     served: Served = request.getfixturevalue(gateway)
-    await desk_joined(served)
     return HttpSession(served.url, request.getfixturevalue("session_key"))
 
 
@@ -401,7 +401,7 @@ def assert_common_steps(run: Run) -> None:
 async def test_openai_agents_relists_every_turn_and_refuses_withdrawn_tools_itself(
     transport: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    run = await run_scenario(tmp_path, http=await http_session(transport, request))
+    run = await run_scenario(tmp_path, http=http_session(transport, request))
     assert_common_steps(run)
     after_push = run.turns[3].offered
     assert PUSHED_OUT in after_push
@@ -419,7 +419,7 @@ async def test_openai_agents_relists_every_turn_and_refuses_withdrawn_tools_itse
 async def test_openai_agents_with_a_cached_list_sends_withdrawn_tools_to_the_gateway(
     transport: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    run = await run_scenario(tmp_path, http=await http_session(transport, request), cache_tools_list=True)
+    run = await run_scenario(tmp_path, http=http_session(transport, request), cache_tools_list=True)
     assert_common_steps(run)
     assert all(turn.offered == FIRST_LIST for turn in run.turns)
     refused, invalid, implicit = (run.turns[step] for step in REFUSED_STEPS)
@@ -531,13 +531,13 @@ async def test_openai_agents_runs_the_task_by_reference_with_its_first_list(
     (on its default, ``False``, it lists every turn and gets the same list): by reference the list
     never changes, and the withheld tools are reached through ``call_tool``, a tool of that list.
     The search result hands the model the schema, and the call goes through."""
-    http = await http_session(transport, request, "reference_gateway")
+    http = http_session(transport, request, "reference_gateway")
     run = await run_scenario(
         tmp_path,
         http=http,
         cache_tools_list=cache_tools_list,
         steps=scenario.REFERENCE_STEPS,
-        config=write_ready_reference_config(tmp_path) if http is None else None,
+        config=scenario.write_reference_config(tmp_path) if http is None else None,
         read_timeline=True,
         errlog=tmp_path / "gateway.log" if http is None else None,
     )

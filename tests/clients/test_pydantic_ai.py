@@ -77,7 +77,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from residency._gateway import CALL_HINT
-from tests._timing import CLEANUP, START, scaled
+from tests._timing import CLEANUP, READY_WAIT, SERVING, scaled
 from tests.clients._serve import HttpSession, Served, http_session
 from tests.clients.scenario import (
     EVICTED_TOOL,
@@ -99,8 +99,9 @@ from tests.clients.scenario import (
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-RUN_LIMIT = scaled(120)
-"""Seconds one whole scripted run may take (two Python processes start; the machine is loaded)."""
+RUN_LIMIT = scaled(120) + READY_WAIT
+"""Seconds one whole scripted run may take (two Python processes start; the machine is loaded;
+over stdio the gateway serves once its desk is up)."""
 
 VERSIONS = {"legacy": "2025-11-25", "modern": "2026-07-28"}
 MODES = {"legacy": "legacy", "modern": "auto"}
@@ -237,9 +238,9 @@ async def toolset_for(
         if http is None:
             stdio = stdio_gateway(write_config(tmp_path), tmp_path, stack)
             # pydantic-ai bounds the handshake itself (5 s unless told): it covers a gateway
-            # process starting, so it is scaled like every other wait here.
+            # process starting and serving once its desk is up.
             toolset: MCPToolset[Any] = MCPToolset(
-                stdio, cache_tools=cache_tools, message_handler=record, init_timeout=START
+                stdio, cache_tools=cache_tools, message_handler=record, init_timeout=SERVING
             )
         else:
             # 2026-07-28 HTTP has no protocol session: the client names its residency session.
@@ -249,7 +250,7 @@ async def toolset_for(
                 headers=headers,
                 cache_tools=cache_tools,
                 message_handler=record,
-                init_timeout=START,
+                init_timeout=SERVING,
             )
         toolset.client.mode = MODES[era]
         yield toolset, notifications
@@ -434,15 +435,18 @@ async def reference_toolset(
             stdio = stdio_gateway(write_reference_config(tmp_path), tmp_path, stack)
             # Configured on the Client, as pydantic-ai requires for one it is handed: the toolset
             # installs no handler of its own on it (none drops its tool cache on list_changed).
-            client: Client[Any] = Client(stdio, mode="legacy", init_timeout=START, message_handler=record)
+            client: Client[Any] = Client(stdio, mode="legacy", init_timeout=SERVING, message_handler=record)
             toolset: MCPToolset[Any] = MCPToolset(client)
         elif http is None:
             stdio = stdio_gateway(write_reference_config(tmp_path), tmp_path, stack)
-            toolset = MCPToolset(stdio, message_handler=record, init_timeout=START)
+            toolset = MCPToolset(stdio, message_handler=record, init_timeout=SERVING)
         else:
             # fastmcp's default mode adopts 2026-07-28: no protocol session, the client names its own.
             toolset = MCPToolset(
-                http.url, headers={"Residency-Session": http.key}, message_handler=record, init_timeout=START
+                http.url,
+                headers={"Residency-Session": http.key},
+                message_handler=record,
+                init_timeout=SERVING,
             )
         yield toolset, notifications
 

@@ -23,8 +23,8 @@ How each era hears that the tool list changed: the handshake era by
 handshake era does not have. Who the session is: the stdio process; the ``Mcp-Session-Id`` on
 handshake-era HTTP; the ``Residency-Session`` header on 2026-07-28 HTTP, without which each
 request is a throwaway session of its own. The HTTP tests share the module's gateways
-(``conftest.py``, one per task), each in sessions of its own. Every gateway a test uses has its
-desk up before the test lists (``_desk_ready``).
+(``conftest.py``, one per task), each in sessions of its own. Every gateway a test uses serves
+once its desk is up (the scenario configs), so it has its desk before the test lists.
 """
 
 from __future__ import annotations
@@ -44,16 +44,16 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, Subscription, ToolsListChanged
 
-from tests._timing import NOTICE, STEP, scaled
+from tests._timing import NOTICE, READY_WAIT, STEP, scaled
 from tests.clients import scenario
-from tests.clients._desk_ready import desk_joined, write_ready_config, write_ready_reference_config
 from tests.clients._serve import ROOT, Served
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ERAS = {"legacy": "2025-11-25", "auto": "2026-07-28"}
-TASK_TIMEOUT = scaled(120)
-"""Seconds the whole task may take over one connection (the machine is shared and loaded)."""
+TASK_TIMEOUT = scaled(120) + READY_WAIT
+"""Seconds the whole task may take over one connection (the machine is shared and loaded; over
+stdio the gateway serves once its desk is up)."""
 CHANGE_TIMEOUT = NOTICE
 """Seconds to wait for the list change the push-out step causes."""
 PUSH = [label for label, _, _ in scenario.STEPS].index("re-expand another tool (pushes two out)")
@@ -194,7 +194,7 @@ def check_run(client: Client, mode: str, run: Run, desk_before: int = 0) -> None
 async def test_the_sdk_runs_the_task_over_stdio(tmp_path: Path, mode: str) -> None:
     heard = Heard()
     with anyio.fail_after(TASK_TIMEOUT):
-        async with stdio_client(write_ready_config(tmp_path), mode, heard) as client:
+        async with stdio_client(scenario.write_config(tmp_path), mode, heard) as client:
             run = await run_task(client, mode, heard)
             check_run(client, mode, run)
     if mode == "legacy":
@@ -208,7 +208,6 @@ async def test_the_sdk_runs_the_task_over_http(gateway: Served, session_key: str
     heard = Heard()
     session = session_key if mode == "auto" else None
     with anyio.fail_after(TASK_TIMEOUT):
-        await desk_joined(gateway)
         desk_before = await desk_timeline_length(gateway, f"{session_key}-desk")
         async with http_client(gateway, mode, heard, session) as client:
             run = await run_task(client, mode, heard)
@@ -224,7 +223,6 @@ async def test_an_anonymous_2026_http_client_gets_a_throwaway_session_per_reques
     stream stays quiet, the list is the initial one and the "tombstoned" tool is forwarded."""
     heard = Heard()
     with anyio.fail_after(TASK_TIMEOUT):
-        await desk_joined(gateway)
         async with http_client(gateway, "auto", heard) as client:
             assert client.protocol_version == ERAS["auto"]
             async with client.listen(tools_list_changed=True) as events:
@@ -415,7 +413,7 @@ async def test_the_sdk_runs_the_reference_task_over_stdio(tmp_path: Path, mode: 
     ``call_tool``. Then, as the host, it reports the search result dropped."""
     heard = Heard()
     with anyio.fail_after(TASK_TIMEOUT):
-        async with stdio_client(write_ready_reference_config(tmp_path), mode, heard) as client:
+        async with stdio_client(scenario.write_reference_config(tmp_path), mode, heard) as client:
             async with listening(client, mode) as events:
                 run = await run_reference_task(client)
                 check_reference_run(client.protocol_version, mode, run, await events_of(client))
@@ -434,7 +432,6 @@ async def test_the_sdk_runs_the_reference_task_over_http(
     heard = Heard()
     session = session_key if mode == "auto" else None
     with anyio.fail_after(TASK_TIMEOUT):
-        await desk_joined(reference_gateway)
         async with http_client(reference_gateway, mode, heard, session) as client:
             async with listening(client, mode) as events:
                 run = await run_reference_task(client)

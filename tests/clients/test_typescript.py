@@ -31,9 +31,8 @@ from typing import Any, NoReturn
 import pytest
 
 from residency._gateway._demo import desk_tools
-from tests._timing import scaled
+from tests._timing import READY_WAIT, SERVING, scaled
 from tests.clients import scenario
-from tests.clients._desk_ready import desk_joined, write_ready_config, write_ready_reference_config
 from tests.clients._serve import ROOT, Ran, Served, run_client
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -48,8 +47,11 @@ MODERN = "2026-07-28"
 HANDSHAKE = "2025-11-25"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
-RUN_TIMEOUT = scaled(240)
-"""Seconds one client run may take: node, the gateway, its stdio desk, twelve requests."""
+RUN_TIMEOUT = scaled(240) + READY_WAIT
+"""Seconds one client run may take: node, the gateway, its stdio desk (the gateway serves once it
+is up), twelve requests."""
+CONNECT_MS = round(SERVING * 1000)
+"""Milliseconds the client may wait for its connection: over stdio, the gateway serving."""
 
 CLIENTS = pytest.mark.parametrize(
     ("sdk", "era"),
@@ -136,6 +138,8 @@ async def run_task(
         json.dumps(plan() if steps is None else steps),
         "--timeout",
         "60000",
+        "--connect-timeout",
+        str(CONNECT_MS),
         "--notify-timeout",
         "20000",
     ]
@@ -196,12 +200,11 @@ async def test_a_typescript_client_runs_the_scripted_task_in_one_session(
     node_env: dict[str, str],
 ) -> None:
     if transport == "stdio":
-        stdio = ["--stdio", *scenario.serve_command(write_ready_config(tmp_path))]
+        stdio = ["--stdio", *scenario.serve_command(scenario.write_config(tmp_path))]
         report, ran = await run_task(sdk, era, stdio, node_env)
         log = str(report.get("server_stderr_tail") or "")
     else:
         served: Served = request.getfixturevalue("gateway")
-        await desk_joined(served)
         # Handshake era: the Mcp-Session-Id the client keeps is the gateway session, as for any
         # client. 2026-07-28 has no protocol session: the Residency-Session header names it.
         session = [] if era == "legacy" else ["--session", session_key]
@@ -281,11 +284,10 @@ async def test_a_typescript_client_runs_the_reference_task_in_one_session(
     ``call_tool``."""
     planned = reference_plan()
     if transport == "stdio":
-        stdio = ["--stdio", *scenario.serve_command(write_ready_reference_config(tmp_path))]
+        stdio = ["--stdio", *scenario.serve_command(scenario.write_reference_config(tmp_path))]
         report, ran = await run_task(sdk, era, stdio, node_env, planned)
     else:
         served: Served = request.getfixturevalue("reference_gateway")
-        await desk_joined(served)
         session = [] if era == "legacy" else ["--session", session_key]
         report, ran = await run_task(sdk, era, [*session, "--url", served.url], node_env, planned)
     steps = steps_by_label(report, planned)

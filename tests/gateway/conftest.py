@@ -14,7 +14,7 @@ from mcp import Client
 from residency._gateway import Gateway, IncidentDesk, parse_config
 from residency._gateway._connection import SESSION_META_KEY
 from residency._store._protocol import Store
-from tests._timing import START
+from tests._timing import UPSTREAMS_UP
 from tests.postgres import drop_schema, new_schema, pg_url, with_params
 
 ERAS = ("legacy", "modern")
@@ -109,8 +109,8 @@ async def running(
         ups["desk"] = desk.server
     # Subprocess upstreams start slowly on a loaded machine: unless the test sets its own, the
     # gateway waits for them (up to a generous bound) before it serves, so no first call finds
-    # one still starting.
-    settings = {"ready_wait": START, **(residency or {})}
+    # one still starting, and fails none for starting slowly (``UPSTREAMS_UP``).
+    settings = {**UPSTREAMS_UP, **(residency or {})}
     gateway = Gateway(config(settings, servers), upstreams=ups, store=store, timeout=timeout)
     async with gateway:
         yield gateway

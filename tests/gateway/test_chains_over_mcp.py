@@ -23,13 +23,20 @@ from mcp.client.stdio import stdio_client
 
 from residency import SQLiteStore
 from residency._gateway import IncidentDesk
-from tests._timing import STEP, TEST
+from tests._timing import READY_WAIT, STEP, TEST, UPSTREAMS_UP
 from tests.gateway.conftest import agent, running
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT = TEST  # per process test: several interpreters start, one after another, on a loaded machine
+
+
+def wait(gateways: int) -> float:
+    """Seconds a process test may take: several interpreters start one after another on a loaded
+    machine (``TEST``), and each of its ``gateways`` serves once its desk is up (``READY_WAIT``)."""
+    return TEST + gateways * READY_WAIT
+
+
 # Delivered by list, with a budget that lists every tool still in the index: what a chain
 # retires (or a refused archive does not) shows in the list.
 RESIDENCY = {"delivery": "list", "budget": {"schema_tokens": 20_000}}
@@ -43,7 +50,8 @@ def _config(folder: Path) -> Path:
     path = folder / "gateway.json"
     if not path.exists():
         desk = {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}
-        path.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": RESIDENCY}))
+        residency = {**UPSTREAMS_UP, **RESIDENCY}  # serving once the desk is up
+        path.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": residency}))
     return path
 
 
@@ -109,7 +117,7 @@ async def successor_is_protected(db: Path, key: str, log: Path, digest: str) -> 
 @pytest.mark.slow
 async def test_a_chain_archived_over_mcp_protects_a_successor_in_another_process(tmp_path: Path) -> None:
     db, log = tmp_path / "shared.db", tmp_path / "gateways.log"
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(wait(4)):
         async with gateway(db, "agent-a", log) as a:
             # With nothing archived check_chain could only say "safe": it is not listed yet (the
             # gateway still answers it).
@@ -190,7 +198,7 @@ async def test_two_gateways_archiving_different_chains_at_once_agree_on_the_arch
         },
     }
     digests: dict[str, str] = {}
-    with anyio.fail_after(WAIT):
+    with anyio.fail_after(wait(2)):
         async with gateway(db, "agent-a", log) as a, gateway(db, "agent-b", log) as b:
             clients = {"agent-a": a, "agent-b": b}
 

@@ -47,7 +47,7 @@ from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._demo import desk_tools
 from residency._gateway._http import bind, serve_http
 from tests._tiers import examples
-from tests._timing import CLEANUP, START, STEP
+from tests._timing import CLEANUP, SERVING, START, STEP, UPSTREAMS_UP
 from tests.gateway import secret_upstream
 from tests.gateway.conftest import config
 
@@ -58,6 +58,10 @@ SECRETS = (ENV_SECRET, HEADER_SECRET, TOKEN)
 
 ANSWER_WITHIN = STEP
 """Seconds any one request may take to be answered (a loaded 2-core machine; no call is slow)."""
+
+FIRST_ANSWER_WITHIN = SERVING + STEP
+"""Seconds the stdio gateway may take to answer its first request: it serves once its upstreams
+are up (``UPSTREAMS_UP``), after its own interpreter has started."""
 
 TIME_BUDGET = 240.0
 """Seconds one property test runs at most (see ``Budget``)."""
@@ -135,9 +139,9 @@ def _servers(with_desk: bool) -> dict[str, Any]:
 # Every upstream tool listed (by list, under a budget that holds them all), and serving only once
 # the upstreams are up (a loaded machine starts them slowly): the first list shows them all.
 RESIDENCY = {
+    **UPSTREAMS_UP,
     "budget": {"schema_tokens": 100_000},
     "call_timeout": 20,
-    "ready_wait": START,
     "delivery": "list",
 }
 
@@ -417,7 +421,7 @@ class StdioGateway:
                 self.answers[json.dumps(message["id"])] = message
         return self.answers.pop(key)
 
-    def call(self, method: str, params: Any = None) -> Any:
+    def call(self, method: str, params: Any = None, timeout: float = ANSWER_WITHIN) -> Any:
         request_id = self.new_id()
         message: JSONObject = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if self.era == "modern":
@@ -425,7 +429,7 @@ class StdioGateway:
         if params is not None:
             message["params"] = params
         self.send(json.dumps(message).encode())
-        return self.wait_for(request_id)
+        return self.wait_for(request_id, timeout)
 
     def stderr_tail(self) -> str:
         return b"".join(self.stderr[-20:]).decode("utf-8", "replace")
@@ -453,11 +457,13 @@ def stdio_gateway(
     path.write_text(json.dumps({"mcpServers": _servers(with_desk=True), "residency": RESIDENCY}))
     gateway = StdioGateway(path, request.param)
     try:
+        # The first request is answered once the gateway serves; every later one within ANSWER_WITHIN.
         if gateway.era == "legacy":  # the first request picks the era; modern needs no handshake
-            init = gateway.call("initialize", INITIALIZE)
+            init = gateway.call("initialize", INITIALIZE, timeout=FIRST_ANSWER_WITHIN)
             assert "result" in init, init
             gateway.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
-        tools = gateway.call("tools/list")
+        first = FIRST_ANSWER_WITHIN if gateway.era == "modern" else ANSWER_WITHIN
+        tools = gateway.call("tools/list", timeout=first)
         names = {t["name"] for t in tools["result"]["tools"]}
         assert {"get_incident", "whoami"} <= names, names
         yield gateway

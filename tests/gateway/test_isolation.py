@@ -41,7 +41,7 @@ from mcp import Client
 
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._http import bind, serve_http
-from tests._timing import START, STEP, TEST
+from tests._timing import START, STEP, TEST, UPSTREAMS_UP
 from tests.gateway import hostile
 from tests.gateway.conftest import config, session_meta
 
@@ -85,9 +85,9 @@ def p99(samples: list[float]) -> float:
 @asynccontextmanager
 async def hostile_gateway() -> AsyncIterator[tuple[Gateway, str]]:
     servers = {"hostile": {"command": sys.executable, "args": [hostile.__file__, "upstream"]}}
-    gateway = Gateway(
-        config({"budget": {"schema_tokens": 100_000}}, servers), upstreams={"desk": IncidentDesk().server}
-    )
+    # UPSTREAMS_UP: serving once the hostile upstream is up, whose tools the test calls.
+    settings = {**UPSTREAMS_UP, "budget": {"schema_tokens": 100_000}}
+    gateway = Gateway(config(settings, servers), upstreams={"desk": IncidentDesk().server})
     ready = anyio.Event()
     urls: list[str] = []
 

@@ -36,7 +36,7 @@ from residency._gateway import Gateway, parse_config
 from residency._gateway._resources import CHAINS, EVENTS, TOMBSTONES, TOOLS, read_resource
 from residency._gateway._server import CALL_META_KEY
 from residency._store import open_store
-from tests._timing import scaled
+from tests._timing import START, UPSTREAMS_UP, scaled
 from tests.clients._serve import _SERVING, ROOT, SERVE, STARTUP, _close, _kill_group
 from tests.gateway import slow_upstream
 from tests.gateway.test_replicas import assert_sound
@@ -113,7 +113,7 @@ async def client(served: Replica) -> AsyncIterator[Client]:
             httpx2.AsyncClient(headers={"Residency-Session": KEY}, timeout=httpx2.Timeout(60, read=None))
         )
         health = served.url.rpartition("/")[0] + "/healthz"
-        with anyio.fail_after(scaled(60)):
+        with anyio.fail_after(START):  # up when it serves, unless its first start failed
             while (await http.get(health)).json().get("status") != "ok":
                 await anyio.sleep(0.1)
         yield await stack.enter_async_context(Client(streamable_http_client(served.url, http_client=http)))
@@ -133,7 +133,8 @@ def write_config(tmp_path: Path, log: Path) -> Path:
         "args": [str(Path(slow_upstream.__file__))],
         "env": {"SLOW_UPSTREAM_LOG": str(log), "SLOW_UPSTREAM_DELAY": str(DELAY)},
     }
-    config.write_text(json.dumps({"mcpServers": {"slow": upstream}, "residency": {}}))
+    # UPSTREAMS_UP: a replica serves once its upstream is up (its start is not the subject).
+    config.write_text(json.dumps({"mcpServers": {"slow": upstream}, "residency": UPSTREAMS_UP}))
     return config
 
 

@@ -29,7 +29,7 @@ from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._config import parse_config
 from residency._gateway._revoke import command_revoker, hook_argv
 from residency._gateway._sessions import store_id
-from tests._timing import START, STEP, TEST, scaled
+from tests._timing import READY_WAIT, START, STEP, TEST, UPSTREAMS_UP, scaled
 from tests.gateway.conftest import agent, running
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,7 +85,9 @@ def _config(folder: Path, hook: Hook) -> Path:
         "args": ["-m", "residency._gateway._desk_stdio"],
         "env": {"DESK_TOKEN": SECRET},
     }
-    path.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": _settings(hook)}))
+    # UPSTREAMS_UP: the process serves once its desk is up (the in-process restart: ``running``).
+    residency = {**UPSTREAMS_UP, **_settings(hook)}
+    path.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": residency}))
     return path
 
 
@@ -143,7 +145,7 @@ async def test_the_hook_runs_once_per_reference_is_never_rerun_and_a_failure_is_
     hook = Hook(tmp_path)
     hook.fail("scraper-api-key")
     config, db, log = _config(tmp_path, hook), tmp_path / "shared.db", tmp_path / "gateway.log"
-    with anyio.fail_after(TEST):
+    with anyio.fail_after(TEST + READY_WAIT):  # the stdio gateway waits for its desk
         # A real `residency serve` over stdio: the hook's noise must stay off its MCP stream.
         async with gateway(config, db, "agent-a", log) as a:
             for name, arguments in zip(CHAIN, CALLS, strict=True):

@@ -21,7 +21,7 @@ import pytest
 
 from residency import ToolState
 from residency._gateway import Gateway
-from tests._timing import START, STEP, TEST
+from tests._timing import STEP, TEST, UPSTREAMS_UP
 from tests.gateway import rugpull_upstream
 from tests.gateway.conftest import Agent, agent, config, reason, text
 
@@ -98,12 +98,17 @@ async def gateway(
     relist_interval: float | None = None,
     upstreams: dict[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
 ) -> AsyncIterator[Gateway]:
-    # ready_wait: the gateway serves once the upstream is up (a loaded machine starts it slowly),
-    # so a first call does not find it still starting.
+    """A gateway in process in front of ``rug``; ``timeout``: its call timeout, if not ``STEP``."""
+    # UPSTREAMS_UP: the gateway serves once the upstream is up (a loaded machine starts it
+    # slowly), so a first call does not find it still starting.
     # By list: these tests probe redefinitions and restarts through what the list shows.
-    settings = {"startup_timeout": START, "ready_wait": START, "delivery": "list"}
-    cfg = config(settings, {"rug": rug.server(**(env or {}))})
+    settings = {**UPSTREAMS_UP, "delivery": "list"}
+    server = rug.server(**(env or {}))
+    if timeout is not None:
+        server["timeout"] = timeout
+    cfg = config(settings, {"rug": server})
     async with Gateway(cfg, upstreams=upstreams, relist_interval=relist_interval) as gw:
         yield gw
 

@@ -24,7 +24,7 @@ from residency._cli import main
 from residency._cli._serve import QUIET_LOGGERS, configure_logging
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._run import ServeOptions, redact_url, startup_summary
-from tests._timing import START, STEP
+from tests._timing import SERVING, START, STEP, UPSTREAMS_UP
 from tests.gateway.conftest import config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -327,9 +327,8 @@ async def served(*argv: str) -> AsyncIterator[Served]:
 def _desk_upstream_config(tmp_path: Path) -> Path:
     path = tmp_path / "gateway.json"
     desk = {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}
-    path.write_text(
-        json.dumps({"mcpServers": {"desk": desk}, "residency": {"budget": {"schema_tokens": 1200}}})
-    )
+    residency = {**UPSTREAMS_UP, "budget": {"schema_tokens": 1200}}  # serving once the desk is up
+    path.write_text(json.dumps({"mcpServers": {"desk": desk}, "residency": residency}))
     return path
 
 
@@ -344,7 +343,7 @@ async def test_a_stop_signal_ends_stdio_serve_at_once_and_stops_its_upstreams(
     tmp_path: Path, sig: signal.Signals, status: int
 ) -> None:
     async with served("--config", str(_desk_upstream_config(tmp_path))) as gateway:
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(SERVING + STEP):  # it answers once it serves
             names = await gateway.handshake()
         assert "reexpand_tools" in names
         upstreams = gateway.children()

@@ -23,7 +23,7 @@ from mcp.client.stdio import stdio_client
 from residency import MemoryStore, Session
 from residency._gateway._resources import MAX_RANGE, span_range
 from residency._store._sqlite import SQLiteStore
-from tests._timing import STEP, TEST
+from tests._timing import READY_WAIT, STEP, TEST, UPSTREAMS_UP
 from tests.gateway.big_upstream import build, text_of
 from tests.gateway.conftest import Agent, agent, running
 from tests.gateway.test_serve_cli import served
@@ -31,7 +31,9 @@ from tests.gateway.test_serve_cli import served
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-WAIT = TEST  # per process test: interpreters start one after another on a loaded machine
+# Per process test: interpreters start one after another on a loaded machine, and each of its two
+# gateways serves once its upstream is up (UPSTREAMS_UP).
+WAIT = TEST + 2 * READY_WAIT
 SIZE = 300_000
 KEY = "spans-k"
 SPANS = {"offload_tokens": 2000, "preview_chars": 300, "tags": {"dump": ["constraint"]}}
@@ -41,7 +43,8 @@ def _config(folder: Path, offload_tokens: int | None = 2000) -> Path:
     path = folder / "gateway.json"
     big = {"command": sys.executable, "args": [str(ROOT / "tests" / "gateway" / "big_upstream.py")]}
     spans = {**SPANS, "offload_tokens": offload_tokens}
-    path.write_text(json.dumps({"mcpServers": {"big": big}, "residency": {"spans": spans}}))
+    residency = {**UPSTREAMS_UP, "spans": spans}
+    path.write_text(json.dumps({"mcpServers": {"big": big}, "residency": residency}))
     return path
 
 

@@ -20,10 +20,10 @@ import pytest
 from mcp import Client
 
 from residency._gateway import IncidentDesk
-from tests._timing import START, STEP, TEST
+from tests._timing import SERVING, START, STEP, TEST, UPSTREAMS_UP
 from tests.gateway.conftest import agent, reason, text
 from tests.gateway.test_rugpull import Rug, gateway
-from tests.gateway.test_serve_cli import WAIT, needs_proc, served
+from tests.gateway.test_serve_cli import needs_proc, served
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -57,7 +57,9 @@ async def test_a_storm_of_list_changed_costs_a_few_relists_and_stalls_no_one(tmp
     rug = Rug(tmp_path)
     with anyio.fail_after(TEST):
         async with (
-            gateway(rug, upstreams={"desk": IncidentDesk().server}) as gw,
+            # The storm's call lasts until the gateway has read its 2,000 notifications (a few
+            # seconds here; on a loaded machine more than STEP): its timeout is not the subject.
+            gateway(rug, upstreams={"desk": IncidentDesk().server}, timeout=START) as gw,
             agent(gw, "legacy") as a,
             agent(gw, "legacy", key="other") as b,
         ):
@@ -105,7 +107,7 @@ async def test_upstream_stderr_is_relayed_with_secrets_redacted(
 ) -> None:
     rug = Rug(tmp_path)
     relayed = ""
-    with anyio.fail_after(START):
+    with anyio.fail_after(START + STEP):  # the rug starting (the gateway waits for it), one call
         async with gateway(rug, env={"RUGPULL_SECRET": SECRET}) as gw, agent(gw, "legacy") as a:
             assert not (await a.call("shout")).is_error
             while "upstream says: token" not in relayed:  # stderr and stdout are separate pipes
@@ -120,14 +122,14 @@ async def test_upstream_stderr_is_relayed_with_secrets_redacted(
 async def test_an_http_gateway_stopped_by_sigterm_leaves_no_upstream_process(tmp_path: Path) -> None:
     rug = Rug(tmp_path)
     cfg = tmp_path / "gateway.json"
-    cfg.write_text(json.dumps({"mcpServers": {"rug": rug.server()}}))
+    cfg.write_text(json.dumps({"mcpServers": {"rug": rug.server()}, "residency": UPSTREAMS_UP}))
     async with served("--transport", "http", "--port", "0", "--config", str(cfg)) as gw:
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(SERVING):  # it serves once the rug is up
             await gw.serving.wait()
         found = re.search(rb"serving MCP at (\S+)", gw.stderr)
         assert found is not None
         pids: set[int] = set(gw.children())
-        with anyio.fail_after(WAIT):
+        with anyio.fail_after(START + STEP):  # three calls, one of them restarting the rug
             async with Client(found.group(1).decode(), mode="legacy") as client:
                 first = await client.call_tool("lookup", {"key": "a"})
                 await client.call_tool("crash", {})  # the restarted process must go too

@@ -45,7 +45,7 @@ from residency import SQLiteStore
 from residency._gateway import Gateway, load_config
 from residency._gateway import _meta_tools as meta
 from residency._gateway._demo import SCENARIO_READS, desk_tools
-from tests._timing import CLEANUP, START, STEP
+from tests._timing import CLEANUP, SERVING, START, STEP, UPSTREAMS_UP
 from tests.conftest import ROOT
 from tests.gateway.conftest import session_meta
 
@@ -64,7 +64,12 @@ SERVE = [sys.executable, "-m", "residency", "serve", "--delivery", "list"]
 # What a fresh session is shown: no chain in its scope yet, no offloading.
 META_TOOLS = set(meta.listed_meta_tools(chains=False, offload=False))
 
-PEER_TIMEOUT = START
+CONNECT_TIMEOUT = SERVING
+"""Seconds a peer may wait for its connection: over stdio, a gateway starting and serving once its
+upstreams are up (``UPSTREAMS_UP``)."""
+CONNECT_MS = round(CONNECT_TIMEOUT * 1000)
+
+PEER_TIMEOUT = START + CONNECT_TIMEOUT
 """Seconds one peer run may take (node start, gateway start, upstreams start, the request)."""
 
 # The demo desk's policy withholds update_incident at the start of a session.
@@ -228,7 +233,7 @@ class HttpGateway:
                     self._found.set()
         self._found.set()  # EOF: the gateway exited; ``url`` sees no URL
 
-    def url(self, startup: float = START) -> str:
+    def url(self, startup: float = SERVING) -> str:
         """Its URL, once it serves on it.
 
         Raises:
@@ -325,7 +330,12 @@ def desk_config(tmp_path: Path) -> Path:
     config = {
         "mcpServers": {"desk": {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}},
         # By list, as SERVE: the session is also prepared in process from this config (``prepare``).
-        "residency": {"budget": {"schema_tokens": 700}, "minify": "compact", "delivery": "list"},
+        "residency": {
+            **UPSTREAMS_UP,
+            "budget": {"schema_tokens": 700},
+            "minify": "compact",
+            "delivery": "list",
+        },
     }
     path = tmp_path / "desk.json"
     path.write_text(json.dumps(config))
@@ -410,7 +420,12 @@ class Target:
         # The server command goes through a config file: on the command line, options such as
         # --config or --store would be read as the Inspector's own.
         catalog = tmp_path / "inspector.json"
-        entry = {"command": SERVE[0], "args": [*SERVE[1:], *serve_args], "cwd": str(ROOT)}
+        entry = {
+            "command": SERVE[0],
+            "args": [*SERVE[1:], *serve_args],
+            "cwd": str(ROOT),
+            "connectionTimeout": CONNECT_MS,
+        }
         catalog.write_text(json.dumps({"mcpServers": {"residency": entry}}))
         return cls(("--config", str(catalog), "--server", "residency"))
 
@@ -538,7 +553,10 @@ async def test_the_inspector_cannot_get_a_tombstoned_tool_forwarded_until_it_is_
 def pinned_desk_config(tmp_path: Path, schema: str) -> Path:
     """The desk serving ``update_incident`` at ``schema`` (v1 or v2), with that tool pinned."""
     desk = {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio", "--schema", schema]}
-    config = {"mcpServers": {"desk": desk}, "residency": {"pinned": [WITHHELD], "minify": "compact"}}
+    config = {
+        "mcpServers": {"desk": desk},
+        "residency": {**UPSTREAMS_UP, "pinned": [WITHHELD], "minify": "compact"},
+    }
     path = tmp_path / f"desk-{schema}.json"
     path.write_text(json.dumps(config))
     return path
@@ -664,7 +682,16 @@ async def tombstoned(
 async def test_a_typescript_sdk_client_is_told_the_list_changed_after_reexpansion(
     transport: str, node_peers: None, peer_env: dict[str, str], request: pytest.FixtureRequest
 ) -> None:
-    script = ["node", str(TS_CLIENT), "--tool", WITHHELD, "--timeout", "20000"]
+    script = [
+        "node",
+        str(TS_CLIENT),
+        "--tool",
+        WITHHELD,
+        "--timeout",
+        "20000",
+        "--connect-timeout",
+        str(CONNECT_MS),
+    ]
     if transport == "stdio":
         ran = await run_peer([*script, "--stdio", *SERVE], peer_env)
     else:
@@ -695,6 +722,8 @@ async def test_a_typescript_sdk_client_calling_a_tombstoned_tool_gets_the_tombst
             WITHHELD,
             "--timeout",
             "20000",
+            "--connect-timeout",
+            str(CONNECT_MS),
             "--refuse-args",
             json.dumps(ESCALATE),
         ]
@@ -727,6 +756,7 @@ def _upstreams_config(tmp_path: Path, time_server: str) -> Path:
             "clock": {"command": time_server, "args": ["--local-timezone", "Europe/Paris"]},
         },
         "residency": {
+            **UPSTREAMS_UP,
             "budget": {"schema_tokens": 1_000_000},
             "pinned": list(PINNED),
             "call_timeout": 30,

@@ -11,7 +11,9 @@
 //   node list_changed_client.mjs [options] --url http://127.0.0.1:PORT/mcp
 // Options (before --stdio, which takes the rest of the line):
 //   --tool NAME        the withheld tool to re-expand (required)
-//   --timeout MS       how long to wait for list_changed (default 10000)
+//   --timeout MS       how long to wait for list_changed, and for each request (default 10000)
+//   --connect-timeout MS  how long to wait for the connection (default: --timeout); over stdio
+//                      it includes the gateway starting, and its upstreams
 //   --session KEY      a Residency-Session header (HTTP) naming the gateway session
 //   --env K=V          extra environment for the stdio command (repeatable)
 //   --refuse-args JSON first call the tool with these arguments and expect a refusal (an
@@ -28,7 +30,16 @@ function usage(message) {
 }
 
 function parseArgs(argv) {
-  const opts = { tool: null, timeout: 10000, session: null, env: {}, url: null, command: null, refuseArgs: null };
+  const opts = {
+    tool: null,
+    timeout: 10000,
+    connectTimeout: null,
+    session: null,
+    env: {},
+    url: null,
+    command: null,
+    refuseArgs: null,
+  };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
     const value = () => {
@@ -37,6 +48,7 @@ function parseArgs(argv) {
     };
     if (arg === "--tool") opts.tool = value();
     else if (arg === "--timeout") opts.timeout = Number(value());
+    else if (arg === "--connect-timeout") opts.connectTimeout = Number(value());
     else if (arg === "--session") opts.session = value();
     else if (arg === "--refuse-args") {
       const text = value();
@@ -61,6 +73,10 @@ function parseArgs(argv) {
   if (opts.command !== null && opts.command.length === 0) usage("--stdio needs a command");
   if (!opts.tool) usage("--tool is required");
   if (!Number.isFinite(opts.timeout) || opts.timeout <= 0) usage("--timeout wants a positive number");
+  if (opts.connectTimeout === null) opts.connectTimeout = opts.timeout;
+  if (!Number.isFinite(opts.connectTimeout) || opts.connectTimeout <= 0) {
+    usage("--connect-timeout wants a positive number");
+  }
   return opts;
 }
 
@@ -125,7 +141,11 @@ async function main() {
   const stderrChunks = [];
   if (transport.stderr) transport.stderr.on("data", (chunk) => stderrChunks.push(String(chunk)));
   try {
-    await withTimeout(client.connect(transport), opts.timeout, "the connection");
+    await withTimeout(
+      client.connect(transport, { timeout: opts.connectTimeout }),
+      opts.connectTimeout,
+      "the connection",
+    );
     verdict.advertised_list_changed = client.getServerCapabilities()?.tools?.listChanged === true;
 
     const before = await withTimeout(client.listTools(), opts.timeout, "tools/list");

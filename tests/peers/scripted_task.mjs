@@ -16,6 +16,8 @@
 //                      back to initialize) or modern (pin 2026-07-28); the 1.x SDK only has legacy
 //   --plan JSON        the steps: a JSON array, or @FILE to read it from a file (required)
 //   --timeout MS       bound on the connection and on every request (default 30000)
+//   --connect-timeout MS  bound on the connection instead (default: --timeout); over stdio it
+//                      includes the gateway starting, and its upstreams
 //   --notify-timeout MS  bound on an await_list_changed step (default 10000)
 //   --session KEY      a Residency-Session header (HTTP) naming the gateway session
 //   --env K=V          extra environment for the stdio command (repeatable)
@@ -44,6 +46,7 @@ function parseArgs(argv) {
     era: "legacy",
     plan: null,
     timeout: 30000,
+    connectTimeout: null,
     notifyTimeout: 10000,
     session: null,
     env: {},
@@ -60,6 +63,7 @@ function parseArgs(argv) {
     else if (arg === "--era") opts.era = value();
     else if (arg === "--plan") opts.plan = value();
     else if (arg === "--timeout") opts.timeout = Number(value());
+    else if (arg === "--connect-timeout") opts.connectTimeout = Number(value());
     else if (arg === "--notify-timeout") opts.notifyTimeout = Number(value());
     else if (arg === "--session") opts.session = value();
     else if (arg === "--env") {
@@ -78,7 +82,12 @@ function parseArgs(argv) {
   if (!["1", "2"].includes(opts.sdk)) usage(`--sdk wants 1 or 2, got ${opts.sdk}`);
   if (!["legacy", "auto", "modern"].includes(opts.era)) usage(`--era wants legacy, auto or modern`);
   if (opts.sdk === "1" && opts.era !== "legacy") usage("the 1.x SDK only speaks the handshake era");
-  for (const [name, ms] of [["--timeout", opts.timeout], ["--notify-timeout", opts.notifyTimeout]]) {
+  if (opts.connectTimeout === null) opts.connectTimeout = opts.timeout;
+  for (const [name, ms] of [
+    ["--timeout", opts.timeout],
+    ["--connect-timeout", opts.connectTimeout],
+    ["--notify-timeout", opts.notifyTimeout],
+  ]) {
     if (!Number.isFinite(ms) || ms <= 0) usage(`${name} wants a positive number`);
   }
   if (opts.plan === null) usage("--plan is required");
@@ -239,7 +248,11 @@ async function main() {
   if (transport.stderr) transport.stderr.on("data", (chunk) => stderrChunks.push(String(chunk)));
   const subscriptions = [];
   try {
-    await withTimeout(client.connect(transport, { timeout: opts.timeout }), opts.timeout, "the connection");
+    await withTimeout(
+      client.connect(transport, { timeout: opts.connectTimeout }),
+      opts.connectTimeout,
+      "the connection",
+    );
     if (typeof client.getNegotiatedProtocolVersion === "function") {
       report.protocol_version = client.getNegotiatedProtocolVersion() ?? report.protocol_version;
     }

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from residency._cli._inspect import _open
 from residency._errors import InvalidInput, ResidencyError
 from residency._store._protocol import DEFAULT_SCOPE
+from residency._text import printable
 
 if TYPE_CHECKING:
     from residency._runtime import Session
@@ -66,8 +67,13 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _fail(message: object) -> int:
-    print(f"residency admin: {message}", file=sys.stderr)
+    print(f"residency admin: {printable(str(message))}", file=sys.stderr)
     return 2
+
+
+def _say(text: str) -> None:
+    """Print ``text`` (lines of stored names and rules, from upstreams), each line escaped."""
+    print("\n".join(printable(line) for line in text.split("\n")))
 
 
 def _chains_list(args: argparse.Namespace) -> int:
@@ -87,13 +93,13 @@ def _chains_list(args: argparse.Namespace) -> int:
             print(json.dumps({"scope": args.scope, "chains": records}, indent=2, sort_keys=True))
             return 0
         if not records:
-            print(f"(no chains archived in scope {args.scope!r})")
+            _say(f"(no chains archived in scope {args.scope!r})")
         for data in records:
             try:
                 rule = ChainRecord.from_json(data).rule
             except (InvalidInput, KeyError, TypeError):
                 rule = "(unreadable record)"
-            print(f"{str(data.get('digest'))[:12]}  {rule}")
+            print(printable(f"{str(data.get('digest'))[:12]}  {rule}"))  # one line, whatever the rule holds
         return 0
     except ResidencyError as exc:
         return _fail(exc)
@@ -114,7 +120,7 @@ def _session_change(args: argparse.Namespace, change: Any, **options: Any) -> in
             return _fail(f"no session {args.session!r} in {redact_url(args.store)}")
         session = Session(store, session_id=args.session, resume=True, **options)
         text, code = change(session)
-        print(text)
+        _say(text)
         return int(code)
     except ResidencyError as exc:
         return _fail(exc)
@@ -159,11 +165,11 @@ def _revoke(args: argparse.Namespace) -> int:
     def revoke(session: Session) -> tuple[str, int]:
         if not args.retry:
             pending = session.pending_revocations()
-            return "\n".join(pending) if pending else "(nothing to revoke)", 0
+            return "\n".join(map(printable, pending)) if pending else "(nothing to revoke)", 0
         outcomes = session.revoke_pending()
         if not outcomes:
             return "(nothing to revoke)", 0
-        lines = [f"{ref}: {'revoked' if ok else 'failed'}" for ref, ok in sorted(outcomes.items())]
+        lines = [f"{printable(ref)}: {'revoked' if ok else 'failed'}" for ref, ok in sorted(outcomes.items())]
         return "\n".join(lines), 0 if all(outcomes.values()) else 1
 
     return _session_change(args, revoke, **options)

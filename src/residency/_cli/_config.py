@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from residency._errors import ConfigError
+from residency._text import printable
 
 if TYPE_CHECKING:
     from residency._gateway._config import GatewayConfig, StdioServer
@@ -31,15 +32,23 @@ EXIT_OK = 0
 EXIT_PROBLEMS = 1
 EXIT_BAD_INPUT = 2
 
+_NAME_SHOWN = 80
+"""Characters of an upstream's tool name a finding shows (a name may be 10 kB long)."""
+
 _EPILOG = """\
 checks:
   errors    the file does not load (not JSON, an unknown or mistyped key, a VS Code
-            "servers" file), it has no server under "mcpServers", or an entry runs
-            'residency serve' on this same file
-  warnings  a pinned, phase, read_only or mutating tool no upstream offers (names as the
-            gateway lists them: namespaced server__tool when two upstreams share a name),
-            a malformed upstream tool, a relative sqlite store path, a stdio command not
-            found on PATH, a cwd that does not exist, phases with delivery by reference
+            "servers" file, two servers whose tool prefixes coincide, such as a.b and
+            a_b), it has no server under "mcpServers", or an entry runs 'residency
+            serve' on this same file
+  warnings  a pinned, phase, read_only, mutating or spans.tags tool no upstream offers
+            (names as the gateway lists them: namespaced server__tool when two upstreams
+            share a name), or that the gateway never lists (not a valid tool name, in the
+            reserved residency__ namespace, in a disabled server's namespace); an upstream tool
+            name the gateway renames (one in another server's namespace, a meta-tool's
+            name, an invalid name); a malformed upstream tool, a relative sqlite store
+            path, a stdio command not found on PATH, a cwd that does not exist, phases
+            with delivery by reference
   upstreams each enabled upstream is started and listed (skipped with --no-connect)
 
 output: findings on stderr, one summary line on stdout when the file is usable.
@@ -94,7 +103,7 @@ def _at(
 
 
 def _say(message: str) -> None:
-    print(f"residency config check: {message}", file=sys.stderr)
+    print(f"residency config check: {printable(message)}", file=sys.stderr)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -130,7 +139,7 @@ def run_check(args: argparse.Namespace) -> int:
     parts = [f"{enabled} server{'s' * (enabled != 1)}" + (f" ({disabled} disabled)" if disabled else "")]
     parts.append(", ".join(servers) if servers else "upstreams not started (--no-connect)")
     parts.append(f"{warnings} warning{'s' * (warnings != 1)}")
-    print(f"{config.source}: OK: " + "; ".join(parts))
+    print(printable(f"{config.source}: OK: " + "; ".join(parts)))
     return EXIT_OK
 
 
@@ -183,6 +192,7 @@ def review(config: GatewayConfig, text: str) -> list[Finding]:
                 'or "auto" to use them',
             )
         )
+    found += _unlisted_names(config, text)
     for name, entry in config.enabled_servers.items():
         if not isinstance(entry, StdioServer):
             continue
@@ -218,6 +228,31 @@ def review(config: GatewayConfig, text: str) -> list[Finding]:
     return found
 
 
+def _unlisted_names(config: GatewayConfig, text: str) -> list[Finding]:
+    """Tool names the residency section gives that the gateway never lists, whatever upstreams offer."""
+    found: list[Finding] = []
+    for key, tool in _named_tools(config):
+        why = _never_listed(config, tool)
+        if why is not None:
+            message = f"{tool!r} {why}: the gateway lists no tool of that name"
+            found.append(_at("warning", text, key, message, value=tool))
+    return found
+
+
+def _never_listed(config: GatewayConfig, tool: str) -> str | None:
+    """Why the gateway never lists a tool named ``tool`` under this config; None if it may."""
+    from residency._gateway._aggregate import SEPARATOR, name_owner, valid_tool_name
+
+    if not valid_tool_name(tool):
+        return "is not a valid tool name (1-128 characters of A-Z a-z 0-9 _ . -)"
+    owner = name_owner(tool, config.servers)
+    if owner is not None and owner.endswith(SEPARATOR):
+        return f"is in the namespace {owner} the gateway keeps for itself"
+    if owner is not None and config.servers[owner].disabled:
+        return f"is in the namespace of server {owner!r}, which is disabled"
+    return None
+
+
 def _starts_this_config(entry: StdioServer, source: str) -> bool:
     args = list(entry.args)
     if "serve" not in args:
@@ -244,6 +279,8 @@ def _named_tools(config: GatewayConfig) -> Iterator[tuple[tuple[str, ...], str]]
         yield ("residency", "read_only"), name
     for name in settings.mutating:
         yield ("residency", "mutating"), name
+    for name in settings.spans.tags:
+        yield ("residency", "spans", "tags"), name
 
 
 @contextmanager
@@ -265,6 +302,7 @@ async def _try_upstreams(config: GatewayConfig, text: str) -> tuple[list[Finding
     """Start the upstreams as ``serve`` does; returns findings, per-server counts, all started."""
     import anyio
 
+    from residency._gateway._aggregate import name_owner
     from residency._gateway._meta_tools import META_TOOLS
     from residency._gateway._server import Gateway
     from residency._store._memory import MemoryStore
@@ -289,37 +327,49 @@ async def _try_upstreams(config: GatewayConfig, text: str) -> tuple[list[Finding
                 loc = ("mcpServers", name)
                 if not upstream.connected:
                     failed.append(name)
-                    why = secrets.redact(upstream.last_error) or "still starting"
+                    why = printable(secrets.redact(upstream.last_error)) or "still starting"
                     found.append(_at("error", text, loc, f"upstream ({upstream.kind}) did not start: {why}"))
                     continue
                 served = {e.upstream_name for e in catalog.entries() if e.server == name}
-                counts.append(f"{name}: {len(served)} tool{'s' * (len(served) != 1)}")
+                counts.append(f"{printable(name)}: {len(served)} tool{'s' * (len(served) != 1)}")
                 for offered in upstream.tools:
                     if str(offered.get("name")) not in served:
+                        shown = printable(secrets.redact(str(offered.get("name"))), limit=_NAME_SHOWN)
                         found.append(
                             _at(
                                 "warning",
                                 text,
                                 loc,
-                                f"tool {offered.get('name')!r} is malformed (not a valid tool or JSON "
-                                "Schema) and is not served",
+                                f"tool '{shown}' is malformed (not a valid tool or JSON Schema) and is not "
+                                "served",
                             )
                         )
+                for moved in catalog.renamed():
+                    if moved.server == name:
+                        shown = printable(secrets.redact(moved.upstream_name), limit=_NAME_SHOWN)
+                        message = f"tool '{shown}' {moved.renamed}: it is listed as {moved.name}"
+                        found.append(_at("warning", text, loc, message))
     if waited.cancelled_caught:
         # Only if the gateway's own startup bound failed: report, never hang a host's setup.
         where = _at("error", text, ("mcpServers",), f"the upstreams did not start within {limit:g} s")
         return [where], [], False
     for key, tool in _named_tools(config):
-        if tool in catalog:
-            continue
+        if tool in catalog or _never_listed(config, tool) is not None:
+            continue  # listed, or review() said why it never is
+        owner = name_owner(tool, config.servers)
         if tool in META_TOOLS:
             message = f"{tool!r} is a meta-tool: the gateway always lists it"
         else:
-            message = f"no upstream offers a tool named {tool!r}"
-            renamed = sorted(e.name for e in catalog.entries() if e.upstream_name == tool)
-            if renamed:
-                message += f"; it is listed as {', '.join(renamed)} (more than one upstream offers it)"
-            elif failed:
+            others = [e for e in catalog.entries() if e.upstream_name == tool]
+            message = (
+                f"no tool is listed as {tool!r}" if others else f"no upstream offers a tool named {tool!r}"
+            )
+            for other in others:
+                why = other.renamed or "more than one upstream offers it"
+                message += f"; server {other.server!r}'s tool of that name is listed as {other.name} ({why})"
+            if owner is not None and owner in failed:
+                message += f" (it is in the namespace of server {owner!r}, which did not start)"
+            elif not others and failed:
                 message += f" (not started, so not checked: {', '.join(failed)})"
         found.append(_at("warning", text, key, message, value=tool))
     return found, counts, not failed

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from residency._errors import ConfigError, ResidencyError
+from residency._text import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
     from residency._runtime import Session
     from residency._store._protocol import Store
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         store = _open(args.store)
     except ResidencyError as exc:
-        print(f"residency inspect: {exc}", file=sys.stderr)
+        print(f"residency inspect: {printable(str(exc))}", file=sys.stderr)
         return 2
     try:
         sessions = store.sessions()
@@ -66,13 +68,13 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps({"sessions": sessions}))
             else:
                 for sid in sessions:
-                    console.print(sid, highlight=False)
+                    console.print(_text(sid))
                 if not sessions:
                     console.print("(no sessions)")
             return 0
         if args.session not in sessions:
             shown = redact_url(args.store)
-            print(f"residency inspect: no session {args.session!r} in {shown}", file=sys.stderr)
+            print(printable(f"residency inspect: no session {args.session!r} in {shown}"), file=sys.stderr)
             return 2
         session = Session(store, session_id=args.session)
         if args.json:
@@ -81,26 +83,38 @@ def run(args: argparse.Namespace) -> int:
             _show(console, session, args.events)
         return 0
     except ResidencyError as exc:
-        print(f"residency inspect: {exc}", file=sys.stderr)
+        print(f"residency inspect: {printable(str(exc))}", file=sys.stderr)
         return 2
     finally:
         store.close()
 
 
+def _text(value: object, style: str = "") -> Text:
+    """Stored text as rich shows it: escaped (``printable``), never read as console markup."""
+    from rich.text import Text
+
+    return Text(printable(str(value)), style=style)
+
+
 def _show(console: Console, s: Session, events: int) -> None:
     from rich.table import Table
+    from rich.text import Text
 
-    tools = Table(title=f"session {s.session_id}: turn {s.turn}, tools")
+    # Everything but the column names comes from the journal, so from upstreams and sessions:
+    # each cell is escaped text, not markup (``[`` in a stored string styles nothing).
+    tools = Table(title=_text(f"session {s.session_id}: turn {s.turn}, tools"))
     for col in ("tool", "state", "tokens", "mutation", "arguments resident"):
         tools.add_column(col)
     for name in s.tools():
         spec = s.tool(name)
         resident = "yes" if s.arguments_resident(name) else ""
-        tools.add_row(name, s.state(name).value, str(spec.tokens), "yes" if spec.mutation else "", resident)
+        tools.add_row(
+            _text(name), s.state(name).value, str(spec.tokens), "yes" if spec.mutation else "", resident
+        )
     console.print(tools)
     console.print("[bold]tombstones[/bold]")
     for line in s.tombstones() or ["(none)"]:
-        console.print(f"  {line}", highlight=False)
+        console.print(Text.assemble("  ", _text(line)))
     spans = s.spans()
     if spans:
         table = Table(title="spans")
@@ -108,25 +122,27 @@ def _show(console: Console, s: Session, events: int) -> None:
             table.add_column(col)
         for span in spans:
             table.add_row(
-                span.id,
+                _text(span.id),
                 s.span_state(span.id).value,
-                ",".join(sorted(span.tags)),
+                _text(",".join(sorted(span.tags))),
                 str(span.derivation_depth),
-                span.key,
+                _text(span.key),
             )
         console.print(table)
     for chain in s.chains():
-        console.print(f"[bold]archived chain[/bold] {chain.digest[:12]}: {chain.rule}", highlight=False)
+        console.print(
+            Text.assemble(_text("archived chain", "bold"), _text(f" {chain.digest[:12]}: {chain.rule}"))
+        )
     attempted = s.revocations()
     for ref in sorted({*attempted, *s.pending_revocations()}):
         if ref not in attempted:
             outcome = "not tried"
         else:
             outcome = "revoked" if attempted[ref] else "not revoked (last attempt failed)"
-        console.print(f"[bold]credential[/bold] {ref}: {outcome}", highlight=False)
+        console.print(Text.assemble(_text("credential", "bold"), _text(f" {ref}: {outcome}")))
     log = Table(title=f"latest {events} events")
     for col in ("turn", "event", "subject", "detail"):
         log.add_column(col)
     for e in s.events()[-events:] if events > 0 else []:
-        log.add_row(str(e.turn), e.kind.value, e.subject, e.detail)
+        log.add_row(str(e.turn), e.kind.value, _text(e.subject), _text(e.detail))
     console.print(log)

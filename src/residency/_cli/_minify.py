@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from residency._core._minify import LEVELS, MinifyReport, minify_tool_with_report, model_view
 from residency._errors import InvalidInput
+from residency._text import printable
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -61,7 +62,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def _say(message: str) -> None:
     """One plain line on stderr (never wrapped, so it stays greppable)."""
-    print(f"residency minify: {message}", file=sys.stderr)
+    print(f"residency minify: {printable(message)}", file=sys.stderr)
 
 
 def _fail(message: str) -> int:
@@ -97,6 +98,7 @@ def _tools(label: str, doc: object) -> tuple[str, Sequence[object]]:
 
 def _table(rows: list[tuple[str, int, int, str]], level: str) -> Table:
     from rich.table import Table
+    from rich.text import Text
 
     from residency._tokens import tokenizer_name
 
@@ -109,7 +111,9 @@ def _table(rows: list[tuple[str, int, int, str]], level: str) -> Table:
             col, justify="right" if col in ("before", "after", "cut") else "left", overflow="fold"
         )
     for name, before, after, removed in rows:
-        table.add_row(name, f"{before:,}", f"{after:,}", _pct(before, after), removed)
+        # Names come from the tools file (often an upstream's list): escaped, never markup.
+        shown, summary = Text(printable(name)), Text(printable(removed))
+        table.add_row(shown, f"{before:,}", f"{after:,}", _pct(before, after), summary)
     total_before = sum(r[1] for r in rows)
     total_after = sum(r[2] for r in rows)
     table.add_section()

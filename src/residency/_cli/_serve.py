@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from residency._errors import ConfigError, ResidencyError
+from residency._text import printable, printable_lines
 
 TOKEN_ENV = "RESIDENCY_TOKEN"
 SESSION_ENV = "RESIDENCY_SESSION"
@@ -59,6 +60,19 @@ Exposure (HTTP):
   not read as "no token". Without a token the gateway binds only loopback
   (127.0.0.1, ::1, localhost); --insecure lets it bind elsewhere unauthenticated,
   for a gateway behind a proxy that authenticates.
+
+Limits (HTTP):
+  Connections and requests in flight are capped per client address and in
+  total, request bodies by size (4 MiB, else 413) and by the bytes being
+  received at once. Past a request or body cap a request gets 503 with
+  Retry-After; past a connection cap a new connection is closed at once. A
+  connection is closed when it sends no complete headers within 10 s or idles
+  30 s after a response; a body that takes over 30 s gets 408. Set them under
+  residency.http in the config. Behind a load balancer every request comes
+  from its address: raise the per-client caps (max_connections_per_client,
+  max_requests_per_client, body_budget_per_client_bytes) to the totals there.
+  The gateway raises its soft file-descriptor limit toward the hard one, and
+  keeps its connections to about half of what is left after a reserve.
 
 Stopping:
   stdio serves until stdin closes (exit status 0). SIGINT (Ctrl-C) and SIGTERM stop
@@ -147,9 +161,16 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
 
     def format(self, record: logging.LogRecord) -> str:
         # The whole line, traceback included: a library may put a secret in a message or an
-        # exception, and its records reach this handler too.
-        text = super().format(record)
-        return self.redact(text) if self.redact is not None else text
+        # exception, and its records reach this handler too. The message is then one line of
+        # visible text (an upstream's name or error may carry a newline that forges a log line,
+        # or terminal controls); a traceback keeps its line breaks, each line escaped.
+        message = record.getMessage()
+        if self.redact is not None:
+            message = self.redact(message)
+        shown = logging.makeLogRecord({**record.__dict__, "msg": printable(message), "args": None})
+        text = super().format(shown)
+        text = self.redact(text) if self.redact is not None else text
+        return printable_lines(text)
 
 
 def configure_logging(level: str) -> None:
@@ -193,8 +214,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return serve(options)
     except (ConfigError, ResidencyError) as exc:
-        print(f"residency serve: {options.secrets.redact(str(exc))}", file=sys.stderr)
+        print(f"residency serve: {printable_lines(options.secrets.redact(str(exc)))}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"residency serve: {options.secrets.redact(str(exc))}", file=sys.stderr)
+        print(f"residency serve: {printable_lines(options.secrets.redact(str(exc)))}", file=sys.stderr)
         return 1

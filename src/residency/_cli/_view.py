@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from residency._core._minify import MINIFY_ALIASES, MINIFY_LEVELS
 from residency._errors import ConfigError, ResidencyError
+from residency._text import printable
 
 if TYPE_CHECKING:
     from residency._runtime import Session
@@ -148,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         served = _served_with(args)
         store = _open(args.store)
     except ResidencyError as exc:
-        print(f"residency view: {exc}", file=sys.stderr)
+        print(f"residency view: {printable(str(exc))}", file=sys.stderr)
         return 2
     try:
         found = _find(store, args.session)
@@ -156,8 +157,10 @@ def run(args: argparse.Namespace) -> int:
             known = store.sessions()
             listing = ", ".join(known) if known else "(none)"
             print(
-                f"residency view: no session {args.session!r} (nor {store_id(args.session)!r}) in "
-                f"{redact_url(args.store)}; known sessions: {listing}",
+                printable(
+                    f"residency view: no session {args.session!r} (nor {store_id(args.session)!r}) in "
+                    f"{redact_url(args.store)}; known sessions: {listing}"
+                ),
                 file=sys.stderr,
             )
             return 2
@@ -171,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         listed = view(session, offload=served.offload, delivery=served.delivery, pinned=served.pinned)
         shown = {"requested": args.session, **listed, "minify": served.minify}
     except (ConfigError, ResidencyError) as exc:
-        print(f"residency view: {exc}", file=sys.stderr)
+        print(f"residency view: {printable(str(exc))}", file=sys.stderr)
         return 2
     finally:
         store.close()
@@ -183,19 +186,22 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print(v: dict[str, Any]) -> None:
-    found = "" if v["session"] == v["requested"] else f" (found as {v['session']})"
+    # Names and tombstone lines come from upstreams through the journal: shown escaped.
+    found = "" if v["session"] == v["requested"] else f" (found as {printable(v['session'])})"
     print(
-        f"session {v['requested']}{found}: turn {v['turn']}, minify {v['minify']}, delivery {v['delivery']}"
+        f"session {printable(v['requested'])}{found}: turn {v['turn']}, minify {v['minify']}, "
+        f"delivery {v['delivery']}"
     )
-    rows = [(t["name"], t["tokens"]) for t in (*v["tools"], *v["meta_tools"])]
-    width = max([len(name) for name, _ in rows] + [len("total")])
+    tools = [(printable(t["name"]), t["tokens"]) for t in v["tools"]]
+    metas = [(printable(m["name"]), m["tokens"]) for m in v["meta_tools"]]
+    width = max([len(name) for name, _ in (*tools, *metas)] + [len("total")])
     which = "pinned" if v["delivery"] == "reference" else "resident"
-    print(f"listed tools ({len(v['tools'])} {which} + {len(v['meta_tools'])} meta-tools):")
-    for t in v["tools"]:
-        print(f"  {t['name']:<{width}}  {t['tokens']:>6}")
-    for m in v["meta_tools"]:
-        print(f"  {m['name']:<{width}}  {m['tokens']:>6}  (meta-tool)")
+    print(f"listed tools ({len(tools)} {which} + {len(metas)} meta-tools):")
+    for name, tokens in tools:
+        print(f"  {name:<{width}}  {tokens:>6}")
+    for name, tokens in metas:
+        print(f"  {name:<{width}}  {tokens:>6}  (meta-tool)")
     print(f"  {'total':<{width}}  {v['total_tokens']:>6}  tokens ({v['tokenizer']})")
     print(f"tombstones ({len(v['tombstones'])}):")
     for line in v["tombstones"] or ["(none)"]:
-        print(f"  {line}")
+        print(f"  {printable(line)}")

@@ -148,6 +148,7 @@ from residency._gateway._revoke import revoke_off_loop
 from residency._gateway._sessions import GatewaySession
 from residency._gateway._upstream import ToolsChanged, Upstream
 from residency._runtime import Session, TurnPlan
+from residency._text import printable
 
 if TYPE_CHECKING:
     from residency._gateway._server import Gateway
@@ -447,7 +448,9 @@ class ToolCalls:
             # Another writer moved the tool: unrecorded, the next plan withholds it (tombstoned,
             # its arguments are visible), which is the cautious side.
             logger.warning(
-                "session %s: schema delivery not recorded: %s", gs.key, self.secrets.redact(str(exc))
+                "session %s: schema delivery not recorded: %s",
+                gs.key,
+                printable(self.secrets.redact(str(exc))),
             )
             return
         extra_meta[meta.RESULT_META_KEY] = delivery.id

@@ -35,6 +35,8 @@ from pydantic import (
 from residency._core._minify import MINIFY_ALIASES, MINIFY_LEVELS
 from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
+from residency._gateway._aggregate import check_server_names
+from residency._gateway._http_limits import HTTPSettings
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
 
 __all__ = [
@@ -163,11 +165,16 @@ class ResidencySettings(_Strict):
         token: bearer token required by the HTTP transport (``--token`` overrides it).
         allowed_hosts: more host names (or addresses) the HTTP transport's ``Host`` check allows
             besides the bound address, e.g. the DNS name clients use (``--allowed-host`` adds).
+        http: limits of the HTTP transport: timeouts, connection, request and body caps (see
+            ``HTTPSettings``).
         spans: offloading of large upstream results (see ``SpanSettings``).
         revoke_command: the revocation hook: a program and its arguments, run once per
             credential reference of an archived chain, with the reference in place of each
             ``{ref}`` or, when no argument holds one, appended (see ``_revoke``); empty: none.
         revoke_timeout: seconds the revocation hook may take.
+        max_subscriptions: resource subscriptions one client connection may hold
+            (``resources/subscribe``), and resource URIs one ``subscriptions/listen`` filter may
+            name; past it a subscription is refused (``_reads``).
         read_only / mutating: override what the tools' annotations say.
     """
 
@@ -184,11 +191,13 @@ class ResidencySettings(_Strict):
     relist_interval: float = Field(default=30.0, ge=0)
     token: SecretStr | None = None
     allowed_hosts: tuple[str, ...] = ()
+    http: HTTPSettings = HTTPSettings()
     read_only: tuple[str, ...] = ()
     mutating: tuple[str, ...] = ()
     spans: SpanSettings = SpanSettings()
     revoke_command: tuple[str, ...] = ()
     revoke_timeout: float = Field(default=10.0, gt=0, le=600)
+    max_subscriptions: int = Field(default=256, ge=1, le=100_000)
 
     def revoker(self, redact: Callable[[str], str] | None = None) -> Callable[[str], bool] | None:
         """The configured revocation hook as a ``Session`` callback, or None.
@@ -304,6 +313,19 @@ class GatewayConfig(_Strict):
     source: str = "<config>"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("servers")
+    @classmethod
+    def _own_namespaces(
+        cls, value: dict[str, StdioServer | HTTPServer]
+    ) -> dict[str, StdioServer | HTTPServer]:
+        # Each server lists its tools under a prefix of its own (``_aggregate``): two that
+        # reduce to one prefix could each claim the other's names.
+        try:
+            check_server_names(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @property
     def enabled_servers(self) -> dict[str, StdioServer | HTTPServer]:

@@ -81,6 +81,7 @@ RULES: tuple[Rule, ...] = (
     Rule(domain.UnverifiedSummary, "unverified_summary", True, types.INVALID_PARAMS),
     Rule(domain.SessionConflict, "session_conflict", False, types.INTERNAL_ERROR),
     Rule(domain.SessionLimitReached, "session_limit", False, types.INVALID_REQUEST),
+    Rule(domain.SubscriptionLimitReached, "subscription_limit", False, types.INVALID_REQUEST),
     Rule(domain.ConcurrentUse, "concurrent_use", False, types.INTERNAL_ERROR),
     Rule(domain.NotFound, "not_found", False, types.INVALID_PARAMS),
     Rule(domain.SchemaError, "schema_error", True, types.INVALID_PARAMS),
@@ -105,7 +106,17 @@ def rule_for(error: BaseException) -> Rule | None:
 
 def _details(error: BaseException, rule: Rule) -> dict[str, Any]:
     details: dict[str, Any] = {"reason": rule.reason, "type": type(error).__name__}
-    for attr in ("tool", "path", "rule", "expected_failure", "server", "where", "timed_out", "phases"):
+    for attr in (
+        "tool",
+        "path",
+        "rule",
+        "expected_failure",
+        "server",
+        "where",
+        "timed_out",
+        "phases",
+        "limit",
+    ):
         value = getattr(error, attr, None)
         if value not in (None, ""):
             details[attr] = list(value) if isinstance(value, tuple) else value

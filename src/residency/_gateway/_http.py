@@ -44,13 +44,22 @@ The token and the ``Host`` check guard ``/healthz`` and ``/metrics`` exactly as 
 ``/mcp``: both name every upstream and ``/metrics`` names refusal reasons, and a scraper can
 send a bearer token (Prometheus' ``authorization`` setting). Without a token they are open to
 whoever can reach the bound address, as ``/mcp`` is.
+
+Limits (``residency.http``, ``HTTPSettings``). Connections and requests in flight are capped
+per client address and in total, bodies by size and by a budget of bytes being received at
+once, and every connection has a timer while no request is served on it: a client cannot hold
+the gateway's descriptors or memory by opening connections and sending nothing, or half a
+request. The request caps, the ``Host`` check and the token all run before a byte of the body
+is read (``_http_guard``); the connection caps and timers are in ``_http_protocol``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import ipaddress
+import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -66,6 +75,8 @@ from residency._core._tools import JSONObject
 from residency._errors import ConfigError
 from residency._gateway._config import RESPONSES_ENV, Secrets
 from residency._gateway._connection import IDENTITY_STATE, token_identity
+from residency._gateway._http_guard import Admission, BoundedBody, Front, raise_fd_limit
+from residency._gateway._http_limits import Caps, HTTPSettings
 from residency._gateway._resources import upstream_status
 from residency._gateway._server import Gateway
 from residency._gateway._upstream import Upstream
@@ -90,6 +101,7 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 """Bind addresses that mean every address of the machine."""
 _NO_STORE = {"cache-control": "no-store"}
+logger = logging.getLogger("residency.gateway.http")
 
 MIN_TOKEN_CHARS = 16
 """Shortest bearer token ``residency serve`` accepts (16 random characters are ~95 bits)."""
@@ -143,7 +155,11 @@ class BearerToken:
                     {
                         "type": "http.response.start",
                         "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")],
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b"Bearer"),
+                            (b"connection", b"close"),  # the body, if any, is never read
+                        ],
                     }
                 )
                 await send(
@@ -254,6 +270,7 @@ def http_app(
     token: str | None = None,
     json_response: bool | None = None,
     allowed_hosts: Sequence[str] = (),
+    front: Front | None = None,
 ) -> ASGIApp:
     """The gateway's ASGI app: ``/mcp`` (streamable HTTP), ``/healthz``, ``/metrics``.
 
@@ -264,6 +281,8 @@ def http_app(
         json_response: answer each request with one JSON body instead of an SSE stream (see
             the module docstring); None: as ``RESPONSES_ENV`` says (SSE when unset).
         allowed_hosts: more names the ``Host`` check allows (see ``_security``).
+        front: the request and body limits and what clients hold against them (see
+            ``_http_guard``); None: the default ``residency.http`` settings.
 
     Raises:
         ConfigError: ``token`` is the empty string (None means no token), or ``RESPONSES_ENV``
@@ -273,6 +292,8 @@ def http_app(
         raise ConfigError("the bearer token is empty, which would turn authentication off", where="token")
     if json_response is None:
         json_response = json_responses()
+    if front is None:
+        front = Front()
     security = _security(host, allowed_hosts)
     # The operator routes ride on the SDK's own app, so its lifespan (the session manager)
     # runs as it would without them.
@@ -282,9 +303,17 @@ def http_app(
         host=host,
         transport_security=security,
         custom_starlette_routes=_operator_routes(gateway, security),
+        max_request_body_size=front.settings.max_body_bytes,
     )
+    from residency._gateway._request_ids import RequestIds
+
+    # Innermost: a request whose id collides with one in flight in its session is refused.
+    app = RequestIds(app, path=MCP_PATH, max_body_bytes=front.settings.max_body_bytes)
+    # Outermost last: the request caps and the Host check, the token, then the bounded body.
+    app = BoundedBody(app, front)
     if token:
         app = BearerToken(app, token)
+    app = Admission(app, front, security)
     return app
 
 
@@ -315,10 +344,15 @@ async def serve_http(
     started: Callable[[str], Awaitable[None] | None] | None = None,
     json_response: bool | None = None,
     allowed_hosts: Sequence[str] = (),
+    limits: HTTPSettings | None = None,
 ) -> None:
     """Serve the gateway on ``sock`` until cancelled (uvicorn on the running event loop).
 
-    ``json_response`` and ``allowed_hosts`` are passed to ``http_app``.
+    ``json_response`` and ``allowed_hosts`` are passed to ``http_app``. ``limits`` (None: the
+    defaults) bound connections, requests, bodies and their timeouts (``_http_guard``,
+    ``_http_protocol``). The process's soft file-descriptor limit is raised toward its hard
+    limit, and the connection caps are kept under it (``Caps.under``). For as long as it
+    serves, failed accepts and uvicorn's per-request warnings are counted, not logged each.
 
     Raises:
         ConfigError: ``host`` is beyond loopback with no token and not ``insecure``, the
@@ -326,14 +360,38 @@ async def serve_http(
     """
     import uvicorn
 
+    from residency._gateway._http_protocol import guarded_protocol
+
     problem = exposure_problem(host, token, insecure=insecure)
     if problem is not None:
         raise ConfigError(problem, where="host")
-    app = http_app(gateway, host=host, token=token, json_response=json_response, allowed_hosts=allowed_hosts)
+    settings = limits if limits is not None else HTTPSettings()
+    fd_limit = raise_fd_limit()
+    caps = Caps.under(settings, fd_limit, upstreams=len(gateway.upstreams))
+    if caps.clamped:
+        logger.info(
+            "HTTP: at most %d connections (%d per client) under the file-descriptor limit of %s",
+            caps.connections,
+            caps.connections_per_client,
+            fd_limit,
+        )
+    front = Front(settings, caps)
+    app = http_app(
+        gateway,
+        host=host,
+        token=token,
+        json_response=json_response,
+        allowed_hosts=allowed_hosts,
+        front=front,
+    )
     # log_config=None: uvicorn's records go through the process's own handlers (which scrub
-    # secrets, see ``residency._cli._serve``) instead of handlers of its own.
+    # secrets, see ``residency._cli._serve``) instead of handlers of its own. ws="none": MCP has
+    # no WebSocket transport, and an upgraded connection would leave the connection caps.
     config = uvicorn.Config(
         app,
+        http=guarded_protocol(front),
+        ws="none",
+        backlog=caps.backlog,
         log_level="warning",
         log_config=None,
         lifespan="on",
@@ -356,17 +414,18 @@ async def serve_http(
             sock.close()
             done.set()
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        try:
-            while not server.started and not done.is_set():
-                await anyio.sleep(0.01)
-            if started is not None and server.started:
-                maybe = started(url)
-                if maybe is not None:
-                    await maybe
-            await done.wait()
-        finally:
-            server.should_exit = True
-            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+    with front.counting(asyncio.get_running_loop()):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            try:
+                while not server.started and not done.is_set():
+                    await anyio.sleep(0.01)
+                if started is not None and server.started:
+                    maybe = started(url)
+                    if maybe is not None:
+                        await maybe
                 await done.wait()
+            finally:
+                server.should_exit = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    await done.wait()

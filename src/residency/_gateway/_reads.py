@@ -6,24 +6,47 @@ subscribes to a resource on its connection (the gateway sends ``resources/update
 2026-07-28 client opens the session's ``subscriptions/listen`` stream instead. Like every
 handler, each is wrapped in the error table's boundary (``_errors.protocol_errors``): an unknown
 resource or a malformed range in its URI is a JSON-RPC error.
+
+Subscriptions are held in memory while they last (a connection's set, a listen stream's
+filter), so what a client may subscribe to is bounded, and a refused subscription changes
+nothing:
+
+- only to a resource the gateway serves (one it lists, or ``residency://spans/{id}`` of a span
+  the session has): a subscription to anything else could never be told of a change, and
+  ``not_found`` says so, as ``resources/read`` does;
+- by URIs of at most ``MAX_URI_CHARS`` characters (``invalid_input``; the gateway's are short);
+- at most ``residency.max_subscriptions`` per connection, and as many URIs per listen filter
+  (``subscription_limit``). Subscribing again to a URI already held always succeeds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
+from residency._errors import InvalidInput, NotFound, SubscriptionLimitReached
 from residency._gateway import _resources as res
 from residency._gateway._config import Secrets
 from residency._gateway._connection import connection_of
 from residency._gateway._errors import protocol_errors
+from residency._runtime import Session
 
 if TYPE_CHECKING:
     from residency._gateway._server import Gateway
 
-__all__ = ["ResourceHandlers"]
+__all__ = ["MAX_URI_CHARS", "SUBSCRIPTIONS_STATE", "ResourceHandlers"]
+
+MAX_URI_CHARS = 2048
+"""The longest resource URI a subscription may name (the gateway's own are far shorter)."""
+
+SUBSCRIPTIONS_STATE = "residency.subscriptions"
+"""Where a connection keeps the URIs it subscribed to (its ``state``; ``_listing`` reads it)."""
+
+_SHOWN = 80
+"""Characters of a refused URI an error message quotes."""
 
 
 class ResourceHandlers:
@@ -36,6 +59,8 @@ class ResourceHandlers:
     def __init__(self, gateway: Gateway) -> None:
         self._gw = gateway
         self.secrets: Secrets = gateway.secrets
+        self._limit = gateway.config.residency.max_subscriptions
+        self._listed = frozenset(str(r.uri) for r in res.resources())
 
     @protocol_errors
     async def list_resources(
@@ -67,8 +92,11 @@ class ResourceHandlers:
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
         gs = self._gw._request_session(ctx)
-        subs = connection_of(ctx).state.setdefault("residency.subscriptions", set())
-        subs.add(str(params.uri))
+        uri = str(params.uri)
+        subs: set[str] = connection_of(ctx).state.setdefault(SUBSCRIPTIONS_STATE, set())
+        if uri not in subs:
+            self._check([uri], gs.session, held=subs)
+            subs.add(uri)
         gs.connections.add(connection_of(ctx))
         return types.EmptyResult()
 
@@ -76,7 +104,7 @@ class ResourceHandlers:
     async def unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
-        connection_of(ctx).state.setdefault("residency.subscriptions", set()).discard(str(params.uri))
+        connection_of(ctx).state.setdefault(SUBSCRIPTIONS_STATE, set()).discard(str(params.uri))
         return types.EmptyResult()
 
     @protocol_errors
@@ -84,9 +112,49 @@ class ResourceHandlers:
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         gs = self._gw._request_session(ctx)
+        self._check(params.notifications.resource_subscriptions or (), gs.session, held=())
         if not params.notifications.tools_list_changed:
             return await gs.listen(ctx, params)
         # Counted while the stream is open: an auto session asks whether its client hears a
         # changed list (``_delivery``).
         with gs.tool_listener():
             return await gs.listen(ctx, params)
+
+    def _check(self, uris: Sequence[str], session: Session, *, held: Collection[str]) -> None:
+        """Refuse subscribing to ``uris`` beside ``held`` past the rules (the module docstring).
+
+        Raises:
+            InvalidInput: a URI longer than ``MAX_URI_CHARS``.
+            NotFound: a URI the gateway does not serve for this session.
+            SubscriptionLimitReached: more than ``max_subscriptions`` in all.
+        """
+        new = [uri for uri in dict.fromkeys(uris) if uri not in held]
+        if len(held) + len(new) > self._limit:
+            raise SubscriptionLimitReached(
+                f"subscription refused: a client may hold at most {self._limit} resource "
+                f"subscriptions ({len(held)} held, {len(new)} more asked for); unsubscribe from "
+                f"some first, or subscribe to fewer",
+                limit=self._limit,
+            )
+        for uri in new:
+            if len(uri) > MAX_URI_CHARS:
+                raise InvalidInput(
+                    f"subscription refused: a resource URI of {len(uri):,} characters (at most "
+                    f"{MAX_URI_CHARS:,}); the gateway's resource URIs are listed by resources/list",
+                    where="uri",
+                )
+            if uri in self._listed:
+                continue
+            span_id = uri[len(res.SPANS) :].partition("?")[0] if uri.startswith(res.SPANS) else ""
+            if not span_id:
+                raise NotFound(
+                    f"subscription refused: the gateway serves no resource {uri[:_SHOWN]!r}; it "
+                    f"serves {', '.join(sorted(self._listed))} and {res.SPANS}{{id}}"
+                )
+            try:
+                session.span(span_id)
+            except NotFound:
+                raise NotFound(
+                    f"subscription refused: this session has no span {span_id[:_SHOWN]!r} "
+                    f"(its spans are listed at {res.SPAN_LIST})"
+                ) from None

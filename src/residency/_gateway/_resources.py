@@ -36,6 +36,7 @@ from residency._gateway._aggregate import Catalog
 from residency._gateway._config import Secrets, SpanSettings
 from residency._gateway._upstream import Upstream
 from residency._runtime import Session
+from residency._text import printable
 from residency._tokens import count_tokens
 
 __all__ = [
@@ -351,7 +352,11 @@ def record_result(
             # Another writer appended to the session: it has caught up, and nothing was recorded.
             return _record(session, result, tool, text, settings)
     except (StoreError, InvalidInput, SessionConflict) as exc:  # a full or failing store; bad tags
-        logger.warning("%s: its result could not be recorded as a span (%s); passed whole", tool, exc)
+        logger.warning(
+            "%s: its result could not be recorded as a span (%s); passed whole",
+            printable(tool),
+            printable(str(exc)),
+        )
         return result
 
 

@@ -217,8 +217,11 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
 
     Returns:
         The lines, joined by newlines; no secret value (upstream ``env``/``headers`` values, the
-        token, a password in the store URL) appears in them.
+        token, a password in the store URL) appears in them, nor any control, bidi or invisible
+        character (an upstream's tool names and errors are shown escaped).
     """
+    from residency._text import printable
+
     redact = options.secrets.redact
     settings = gateway.config.residency
     lines: list[str] = []
@@ -226,10 +229,17 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
         what = (
             f"{upstream.kind}, the demo incident desk" if options.demo and name == "desk" else upstream.kind
         )
-        lines.append(f"upstream {name} ({what}): {redact(_upstream_state(upstream))}")
+        lines.append(f"upstream {printable(name)} ({what}): {printable(redact(_upstream_state(upstream)))}")
+    renamed, most = gateway.catalog.renamed(), 10  # a hostile upstream may offer thousands
+    for moved in renamed[:most]:
+        offered = printable(redact(moved.upstream_name), limit=80)
+        server = printable(moved.server)
+        lines.append(f"upstream {server}: tool '{offered}' {moved.renamed}; listed as {moved.name}")
+    if len(renamed) > most:
+        lines.append(f"upstreams: {len(renamed) - most} more tool names renamed (see the log)")
     for name, entry in gateway.config.servers.items():
         if entry.disabled:
-            lines.append(f"upstream {name}: disabled in the config")
+            lines.append(f"upstream {printable(name)}: disabled in the config")
     if not gateway.config.servers and not gateway.upstreams:
         lines.append("upstreams: none configured")
     if options.transport == "http":
@@ -243,7 +253,7 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
             )
     else:
         lines.append("transport stdio")
-    lines.append(f"store {redact(redact_url(settings.store))}")
+    lines.append(f"store {printable(redact(redact_url(settings.store)))}")
     budget = settings.budget
     idle = "off" if budget.idle_turns is None else str(budget.idle_turns)
     lines.append(
@@ -364,6 +374,7 @@ async def _run_gateway(options: ServeOptions) -> None:
             insecure=options.insecure,
             started=started,
             allowed_hosts=options.allowed_hosts,
+            limits=options.config.residency.http,
         )
 
 

@@ -56,7 +56,7 @@ from residency._core._planner import Budget
 from residency._core._tools import JSONObject
 from residency._errors import ConfigError, ResidencyError, SessionConflict, UpstreamFailure
 from residency._gateway import _meta_tools as meta
-from residency._gateway._aggregate import Catalog, build_catalog
+from residency._gateway._aggregate import Catalog, build_catalog, check_server_names
 from residency._gateway._calls import CALL_META_KEY, PHASE_META_KEY, TOMBSTONE_NOTICE, ToolCalls
 from residency._gateway._config import MINIFY_LEVELS, GatewayConfig, Secrets
 from residency._gateway._connection import ListChangedServer, connection_of, is_modern, session_key
@@ -70,6 +70,7 @@ from residency._runtime._tool_cache import checked_tool
 from residency._store import open_store
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
+from residency._text import printable
 
 if TYPE_CHECKING:
     from residency._gateway._fanout import Fanout
@@ -86,6 +87,10 @@ RELIST_INTERVAL = 30.0
 START_RETRY_FIRST = 1.0
 START_RETRY_MAX = 15.0
 """Seconds between attempts to start an upstream whose start failed (doubling from the first)."""
+NAME_SHOWN = 80
+"""Characters of an upstream's tool name a log line shows (a name may be 10 kB long)."""
+MESSAGE_SHOWN = 500
+"""Characters of an upstream's error a log line about its tool shows."""
 
 
 def _unminified(tool: JSONObject) -> JSONObject:
@@ -109,7 +114,9 @@ def _minifier(level: str) -> Callable[[JSONObject], JSONObject]:
         try:
             shown: JSONObject = minify_tool(tool, chosen)
         except ResidencyError as exc:
-            logger.warning("tool %s is shown unminified: %s", tool.get("name"), exc)
+            logger.warning(
+                "tool %s is shown unminified: %s", printable(str(tool.get("name"))), printable(str(exc))
+            )
             return tool
         return shown
 
@@ -183,6 +190,10 @@ class Gateway:
                 on_tools_changed=self._upstream_changed,
                 redact=self.secrets.redact,
             )
+        # Every configured server owns its namespace, up, down or disabled (``_aggregate``).
+        self._servers = (*self.config.servers, *(upstreams or {}))
+        check_server_names(self._servers)
+        self._warned_names: set[tuple[str, str]] = set()
         self._serving = False
         overrides: dict[str, dict[str, bool]] = {}
         for name in settings.read_only:
@@ -252,7 +263,7 @@ class Gateway:
                     break
                 except UpstreamFailure as exc:
                     log = logger.warning if attempt == 1 else logger.debug
-                    log("%s; trying again in %g s", self.secrets.redact(str(exc)), delay)
+                    log("%s; trying again in %g s", printable(self.secrets.redact(str(exc))), delay)
                 finally:
                     if attempt == 1:
                         pending -= 1
@@ -262,7 +273,7 @@ class Gateway:
                 delay = min(delay * 2, START_RETRY_MAX)
                 attempt += 1
             if attempt > 1:
-                logger.info("upstream %s started (attempt %d)", upstream.name, attempt)
+                logger.info("upstream %s started (attempt %d)", printable(upstream.name), attempt)
             if self._serving:
                 await self._apply_catalog()  # a late upstream: its tools are news to every session
 
@@ -287,7 +298,19 @@ class Gateway:
         for name, upstream in self.upstreams.items():
             offered[name] = [t for t in upstream.tools if self._usable(name, t)]
             self._applied[name] = upstream.version
-        self.catalog = build_catalog(offered, reserved=meta.META_TOOLS, overrides=self._overrides)
+        self.catalog = build_catalog(
+            offered, reserved=meta.META_TOOLS, overrides=self._overrides, servers=self._servers
+        )
+        for entry in self.catalog.renamed():
+            if (entry.server, entry.upstream_name) not in self._warned_names:
+                self._warned_names.add((entry.server, entry.upstream_name))
+                logger.warning(
+                    "upstream %s: tool '%s' %s; listed as %s",
+                    printable(entry.server),
+                    printable(entry.upstream_name, limit=NAME_SHOWN),
+                    entry.renamed,
+                    entry.name,
+                )
         # Only telemetry needs it, first at the first list: counted meanwhile, beside the loop.
         self._catalog_count = count_tokens_aside(self.catalog.definitions())
 
@@ -310,7 +333,9 @@ class Gateway:
             checked_tool(tool, f"{server} tool")
         except ResidencyError as exc:
             logger.warning(
-                "upstream %s: skipping a malformed tool: %s", server, self.secrets.redact(str(exc))
+                "upstream %s: skipping a malformed tool: %s",
+                printable(server),
+                printable(self.secrets.redact(str(exc)), limit=MESSAGE_SHOWN),
             )
             return False
         return True
@@ -320,7 +345,7 @@ class Gateway:
         try:
             await self.reload(upstream.name)
         except UpstreamFailure as exc:
-            logger.warning("%s", self.secrets.redact(str(exc)))
+            logger.warning("%s", printable(self.secrets.redact(str(exc))))
 
     async def _refresh(self, upstream: Upstream, max_age: float) -> None:
         """Bring an upstream's tools up to date (``Upstream.refresh``) and apply a changed list.
@@ -354,7 +379,7 @@ class Gateway:
                 gs.session.register_tools(self.catalog.definitions())
             except ResidencyError as exc:
                 # This session stays behind; its next call catches up (or is refused) in _forward.
-                logger.warning("session %s: %s", gs.key, self.secrets.redact(str(exc)))
+                logger.warning("session %s: %s", gs.key, printable(self.secrets.redact(str(exc))))
                 continue
             await self._announce(gs, before, current=None)
 
@@ -435,7 +460,9 @@ class Gateway:
                 gs.session.catch_up()
             except ResidencyError as exc:
                 # The next request of the session catches up (or reports it) by itself.
-                logger.warning("session %s: catching up failed: %s", gs.key, self.secrets.redact(str(exc)))
+                logger.warning(
+                    "session %s: catching up failed: %s", gs.key, printable(self.secrets.redact(str(exc)))
+                )
                 continue
             await self._announce(gs, before, current=None)
 
@@ -451,7 +478,9 @@ class Gateway:
             except ResidencyError as exc:
                 # The next request of the session adopts them (or reports the failure) by itself.
                 logger.warning(
-                    "session %s: adopting archived chains failed: %s", gs.key, self.secrets.redact(str(exc))
+                    "session %s: adopting archived chains failed: %s",
+                    gs.key,
+                    printable(self.secrets.redact(str(exc))),
                 )
                 continue
             await self._announce(gs, before, current=None)

@@ -9,10 +9,11 @@ that is not UTF-8 or longer than ``max_line`` ends the connection, as does the e
 started again on its next call. A line that is UTF-8 but not JSON-RPC is logged and skipped,
 as the SDK does.
 
-stderr is relayed line by line through ``redact`` (an upstream may print its own credentials),
-in pieces of at most ``_ERR_LINE`` bytes. Stopping follows the MCP shutdown sequence: close
-stdin, wait, then terminate the process group (the upstream runs in a session of its own, so
-what it started goes with it); after a protocol violation there is no grace period.
+stderr is relayed line by line through ``redact`` (an upstream may print its own credentials)
+and ``printable`` (its control and bidi characters shown as escapes), in pieces of at most
+``_ERR_LINE`` bytes. Stopping follows the MCP shutdown sequence: close stdin, wait, then
+terminate the process group (the upstream runs in a session of its own, so what it started goes
+with it); after a protocol violation there is no grace period.
 
 POSIX only; on Windows the SDK's ``stdio_client`` is used unchanged.
 """
@@ -32,6 +33,8 @@ from mcp.client._transport import TransportStreams
 from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
+
+from residency._text import printable
 
 __all__ = ["MAX_LINE", "stdio_transport"]
 
@@ -183,7 +186,9 @@ async def _deliver(line: bytes, sink: anyio.abc.ObjectSendStream[SessionMessage 
 def _relay(raw: bytes, redact: Callable[[str], str], errlog: TextIO) -> None:
     # A closed or broken stderr must not stop the gateway.
     with suppress(OSError, ValueError):
-        errlog.write(redact(raw.decode("utf-8", errors="replace")) + "\n")
+        line = raw.decode("utf-8", errors="replace").removesuffix("\r")
+        # Escaped: an upstream's line must not pass for the gateway's own or drive the terminal.
+        errlog.write(printable(redact(line)) + "\n")
         errlog.flush()
 
 

@@ -2,8 +2,9 @@
 
 Each event (a call forwarded or refused, a re-expansion, a ``tools/list`` answer, a change of
 a session's tool list) writes one ``info`` line on the ``residency.gateway`` logger, scrubbed
-by ``Secrets.redact``, and moves the metrics below. Gauges are set by the gateway when what
-they measure changes.
+by ``Secrets.redact`` and escaped by ``printable`` (no newline or terminal control in a name
+reaches the log), and moves the metrics below. Gauges are set by the gateway when what they
+measure changes.
 
 ====================================================  =========  ==============================
 metric                                                type       meaning
@@ -42,7 +43,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any
 
@@ -51,6 +52,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from residency._gateway._config import Secrets
 from residency._gateway._meta_tools import LIST_META_TOOLS, meta_tool_definitions
+from residency._text import printable
 from residency._tokens import count_tokens
 
 __all__ = ["CALL_BUCKETS", "Telemetry", "count_tokens_aside", "meta_tool_tokens"]
@@ -82,7 +84,8 @@ class Telemetry:
     """
 
     def __init__(self, secrets: Secrets) -> None:
-        self._redact = secrets.redact
+        redact = secrets.redact
+        self._redact: Callable[[str], str] = lambda line: printable(redact(line))
         self.registry = CollectorRegistry()
         r = self.registry
         self._forwarded = Counter(

@@ -54,6 +54,7 @@ from residency._errors import UpstreamFailure
 from residency._gateway._config import HTTPServer, StdioServer
 from residency._gateway._http_upstream import open_http_client, oversize_message
 from residency._gateway._stdio_upstream import stdio_transport
+from residency._text import printable
 
 __all__ = ["ToolsChanged", "Upstream", "UpstreamFailure"]
 
@@ -186,8 +187,8 @@ class Upstream:
                 self.last_error = reason
                 logger.warning(
                     "upstream %s (stdio): %s; it is started again on the next call",
-                    self.name,
-                    self._redact(reason),
+                    printable(self.name),
+                    printable(self._redact(reason)),
                 )
                 stop.set()
 
@@ -258,7 +259,10 @@ class Upstream:
             failure.append(exc)
             self.last_error = _describe(exc)
             logger.warning(
-                "upstream %s (%s) stopped: %s", self.name, self.kind, self._redact(self.last_error)
+                "upstream %s (%s) stopped: %s",
+                printable(self.name),
+                self.kind,
+                printable(self._redact(self.last_error)),
             )
         finally:
             if mine and self._client is mine[0]:  # a newer connection is not this run's to clear
@@ -483,7 +487,9 @@ class Upstream:
             if self._client is client:
                 self.last_error = "did not answer a ping after a call timed out"
                 logger.warning(
-                    "upstream %s: %s; it is started again on the next call", self.name, self.last_error
+                    "upstream %s: %s; it is started again on the next call",
+                    printable(self.name),
+                    self.last_error,
                 )
             await self._drop(client)
         finally:

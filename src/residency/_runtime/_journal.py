@@ -41,6 +41,14 @@ and ids (``c<n>``, ``s<n>``) are always counted from the caught-up state, so non
 twice. A store whose ``append`` takes no ``after`` cannot refuse; the session then only notices
 afterwards (``sole_writer``) and stops saving checkpoints.
 
+A true conflict is one that catching up resolves: another writer only ever appends, so the
+entries after this session's last one are there, numbered on from it, up to the entry the
+store named as its last. Anything else is damage, and a retry could never succeed: a journal
+that ends before an entry this session already applied (rows deleted, the store rolled back
+or restored from an older backup), or entries that are missing, numbered twice or not whole
+numbers (a damaged index). Those raise ``StoreError`` instead of ``SessionConflict``, with
+nothing written and nothing applied; ``catch_up`` checks the numbering the same way.
+
 One object used from two threads at once is a different fault: every operation that changes the
 session holds a non-blocking guard (``claim``), and a second thread that enters while one runs
 gets ``ConcurrentUse`` at once, with nothing changed.
@@ -141,6 +149,8 @@ class Journal:
         if restored:
             try:
                 tail = self.store.load(self.session_id, restored)
+                if any(type(entry.seq) is not int for entry in tail):
+                    raise StoreError("an entry after it is not numbered with a whole number")
                 for entry in tail:
                     self.apply(entry)
             except Exception as exc:  # the checkpoint disagrees with the journal after it
@@ -173,9 +183,14 @@ class Journal:
 
         Raises:
             StoreError: an entry this version cannot apply (unknown operation, missing key,
-                wrong type); it names the entry.
+                wrong type), or one not numbered with a whole number; it names the entry.
         """
         for entry in entries:
+            if type(entry.seq) is not int:
+                raise StoreError(
+                    f"session {self.session_id!r}: the journal entry after entry {seq} is numbered "
+                    f"{entry.seq!r}, not with a whole number: the store is damaged; restore it from a backup"
+                )
             seq = entry.seq or seq + 1
             try:
                 self.apply(entry)
@@ -241,8 +256,8 @@ class Journal:
         if self._conditional:
             try:
                 last = append(self.session_id, entries, after=self.seq)
-            except StoreConflict:
-                self.catch_up()
+            except StoreConflict as conflict:
+                self._catch_up_after(conflict)
                 raise SessionConflict(
                     f"session {self.session_id!r}: another writer changed this session first, so "
                     f"the operation was not applied (nothing was written). The session now holds the "
@@ -267,10 +282,76 @@ class Journal:
             raise StoreError(f"session {self.session_id!r}: {self._broken}; reopen the session")
 
     def catch_up(self) -> int:
-        """Apply the entries other writers appended after this session's last one; how many."""
-        tail = self.store.load(self.session_id, self.seq)
+        """Apply the entries other writers appended after this session's last one; how many.
+
+        Raises:
+            StoreError: the store cannot be read, the entries after this session's last one are
+                not numbered on from it (missing, twice, not whole numbers: nothing is applied),
+                or one cannot be applied (the session must then be reopened).
+        """
+        return self._apply_tail(self.store.load(self.session_id, self.seq))
+
+    def _catch_up_after(self, conflict: StoreConflict) -> None:
+        """Catch up after the store refused an append; raise ``StoreError`` if that cannot help.
+
+        Another writer's entries are numbered on from this session's last one up to (at least)
+        the entry the store named as its last, so catching up reaches it and a retry can
+        succeed. If the journal ends before an entry this session applied, or the entries
+        after it do not reach the named one, no retry ever can: the store is damaged.
+        """
+        behind, last = self.seq, conflict.last
+        if isinstance(last, int) and not isinstance(last, bool) and 0 < last < behind:
+            raise self._damaged(
+                f"the store says its journal ends at entry {last}, but this session has already "
+                f"applied entry {behind}: entries were removed, or the store was rolled back or "
+                f"restored from an older backup"
+            )
+        tail = self.store.load(self.session_id, behind)
+        reached = self._reach(tail)
+        if not tail:
+            raise self._damaged(
+                f"the store refused an append after entry {behind} (its last entry is {last}), but "
+                f"holds no entry after it: entries were removed, or its journal index is damaged"
+            )
+        if isinstance(last, int) and reached < last:
+            raise self._damaged(
+                f"the store refused an append after entry {behind} (its last entry is {last}), but "
+                f"the entries after {behind} end at entry {reached}: its journal index is damaged"
+            )
+        self._apply_tail(tail)
+
+    def _damaged(self, problem: str) -> StoreError:
+        return StoreError(
+            f"session {self.session_id!r}: {problem}. Nothing was written or applied, and retrying "
+            f"cannot help: check the store (SQLite: PRAGMA integrity_check, and REINDEX rebuilds a "
+            f"damaged index) or restore it from a backup, then reopen the session (for the gateway: "
+            f"restart it): it continues from what the store holds"
+        )
+
+    def _reach(self, tail: list[JournalEntry]) -> int:
+        """The entry ``tail`` ends at, once checked to follow this session's last one.
+
+        Raises:
+            StoreError: its entries are not numbered on from this session's last one.
+        """
+        numbered = [entry.seq for entry in tail]
+        if not any(numbered):  # a store that does not number what it loads (residency's all do)
+            return self.seq + len(tail)
+        expected = list(range(self.seq + 1, self.seq + 1 + len(tail)))
+        if numbered != expected or any(type(n) is not int for n in numbered):
+            shown = ", ".join(repr(n) for n in numbered[:5]) + (", ..." if len(numbered) > 5 else "")
+            raise self._damaged(
+                f"the journal entries after entry {self.seq} are numbered {shown} instead of "
+                f"{self.seq + 1}, {self.seq + 2}, ...: entries are missing, numbered twice, or "
+                f"numbered with something other than whole numbers"
+            )
+        return expected[-1]
+
+    def _apply_tail(self, tail: list[JournalEntry]) -> int:
+        """Apply entries that follow this session's last one; how many (see ``catch_up``)."""
         if not tail:
             return 0
+        self._reach(tail)
         try:
             self.seq = self.replay(tail, self.seq)
         except BaseException as exc:

@@ -87,6 +87,15 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "open_sqlite"]
 
 _PART = 64 << 20
 
+_NUMBERING = (
+    "SELECT j.id, j.seq, (SELECT t.seq FROM journal AS t WHERE t.id = j.id) FROM journal AS j "
+    "WHERE j.session_id = ? AND j.seq >= ? ORDER BY j.seq LIMIT ?"
+)
+"""A session's entries from a position on, numbered as the index has them (``j.seq``, read from
+the covering index) and as their rows have them (``t.seq``, looked up by rowid)."""
+_CHECKED = 1000
+"""How many entries a conflicting append compares that way (another writer's are a few)."""
+
 Durability = Literal["full", "normal"]
 
 
@@ -174,8 +183,9 @@ class SQLiteStore:
 
         Raises:
             StoreConflict: ``after`` is not the journal's last entry. Nothing is appended.
-            StoreError: an entry's data is not JSON, or the file cannot be written. Nothing
-                is appended.
+            StoreError: an entry's data is not JSON, the file cannot be written, or the
+                journal's numbering is damaged (an entry number that is not a whole number, an
+                index that disagrees with its rows). Nothing is appended.
         """
         return self._append(session_id, entries, after, relaxed=False)
 
@@ -192,7 +202,43 @@ class SQLiteStore:
         """
         return self._append(session_id, entries, after, relaxed=True)
 
-    def _conflict(self, session_id: str, after: int, last: int) -> StoreConflict:
+    def _last(self, conn: sqlite3.Connection, session_id: str) -> int:
+        """The number of the session's last journal entry (0: none).
+
+        Raises:
+            StoreError: it is not a whole number (a row written by something other than this
+                store): the journal can be neither appended to nor trusted.
+        """
+        (last,) = conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        if type(last) is not int:
+            raise StoreError(
+                f"{self._path}: session {session_id!r}: the journal's last entry is numbered {last!r}, "
+                f"not with a whole number: the file is damaged; restore it from a backup"
+            )
+        return last
+
+    def _conflict(self, conn: sqlite3.Connection, session_id: str, after: int, last: int) -> StoreConflict:
+        """The ``StoreConflict`` for an append whose ``after`` is not the journal's last entry.
+
+        Checked first, on this path only and over a bounded number of entries: that the
+        journal's index numbers its last entries as their rows do. If it does not, the numbers
+        the conflict is about are wrong, and a catch-up that trusted them could apply an entry
+        twice or never reach the end.
+
+        Raises:
+            StoreError: the index disagrees with the rows (it is damaged); it names a row.
+        """
+        found = conn.execute(_NUMBERING, (session_id, min(after, last), _CHECKED)).fetchall()
+        for row, indexed, stored in found:
+            if indexed != stored:
+                raise StoreError(
+                    f"{self._path}: session {session_id!r}: the journal's index numbers row {row} as "
+                    f"entry {indexed!r}, but the row is entry {stored!r}: the index is damaged. Run "
+                    f"REINDEX on the file (sqlite3 {self._path} REINDEX), or restore it from a backup, "
+                    f"then reopen the session"
+                )
         return StoreConflict(
             f"{self._path}: session {session_id!r}: the journal's last entry is {last}, not {after}: "
             f"another writer appended to it",
@@ -213,11 +259,9 @@ class SQLiteStore:
             rows.append((entry.op, data, float(entry.at)))
         with self._connection("append") as conn:
             if not rows:
-                (last,) = conn.execute(
-                    "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
-                ).fetchone()
+                last = self._last(conn, session_id)
                 if after is not None and after != last:
-                    raise self._conflict(session_id, after, last)
+                    raise self._conflict(conn, session_id, after, last)
                 return int(last)
             relax = relaxed and self._durability == "full"
             if relax:
@@ -225,12 +269,10 @@ class SQLiteStore:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    (last,) = conn.execute(
-                        "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
-                    ).fetchone()
+                    last = self._last(conn, session_id)
                     # Read and written under the one write lock: no writer can come in between.
                     if after is not None and after != last:
-                        raise self._conflict(session_id, after, last)
+                        raise self._conflict(conn, session_id, after, last)
                     if last == 0:
                         conn.execute("INSERT OR IGNORE INTO sessions (session_id) VALUES (?)", (session_id,))
                     conn.executemany(
@@ -275,9 +317,7 @@ class SQLiteStore:
         with self._connection("save checkpoint") as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                (last,) = conn.execute(
-                    "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
-                ).fetchone()
+                last = self._last(conn, session_id)
                 if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= last:
                     raise InvalidInput(
                         f"session {session_id!r}: a checkpoint must name an entry of its journal "
@@ -314,9 +354,7 @@ class SQLiteStore:
             ).fetchall()
             if not rows:
                 return None
-            (last,) = conn.execute(
-                "SELECT COALESCE(MAX(seq), 0) FROM journal WHERE session_id = ?", (session_id,)
-            ).fetchone()
+            last = self._last(conn, session_id)
         seq = rows[0][1]
         if [r[0] for r in rows] != list(range(len(rows))) or any(r[1] != seq for r in rows):
             return None
