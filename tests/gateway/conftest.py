@@ -13,8 +13,9 @@ from mcp import Client
 
 from residency._gateway import Gateway, IncidentDesk, parse_config
 from residency._gateway._connection import SESSION_META_KEY
+from residency._gateway._http import bind, serve_http
 from residency._store._protocol import Store
-from tests._timing import UPSTREAMS_UP
+from tests._timing import STEP, UPSTREAMS_UP
 from tests.postgres import drop_schema, new_schema, pg_url, with_params
 
 ERAS = ("legacy", "modern")
@@ -114,6 +115,25 @@ async def running(
     gateway = Gateway(config(settings, servers), upstreams=ups, store=store, timeout=timeout)
     async with gateway:
         yield gateway
+
+
+@asynccontextmanager
+async def served_over_http(gateway: Gateway, *, wait: float = STEP, **serve: Any) -> AsyncIterator[str]:
+    """``gateway`` (already entered) served by ``serve_http`` on an ephemeral loopback port, with
+    ``serve``'s keyword arguments; yields its MCP URL once it serves (within ``wait``)."""
+    ready = anyio.Event()
+    urls: list[str] = []
+
+    def started(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: serve_http(gateway, bind("127.0.0.1", 0), started=started, **serve))
+        with anyio.fail_after(wait):
+            await ready.wait()
+        yield urls[0]
+        tg.cancel_scope.cancel()
 
 
 @asynccontextmanager

@@ -26,7 +26,7 @@ from residency._gateway._run import ServeOptions, startup_summary
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
 from tests._timing import START, STEP, TEST
-from tests.gateway.conftest import config
+from tests.gateway.conftest import config, served_over_http
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "a-token-of-24-characters"
@@ -135,20 +135,8 @@ async def _http_gateway(token: str, store: Store, **kwargs: Any) -> AsyncIterato
         store=store,
         **kwargs,
     )
-    ready = anyio.Event()
-    urls: list[str] = []
-
-    def started(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    async with gateway, anyio.create_task_group() as tg:
-        sock = bind("127.0.0.1", 0)
-        tg.start_soon(lambda: serve_http(gateway, sock, token=token, started=started))
-        with anyio.fail_after(STEP):
-            await ready.wait()
-        yield gateway, urls[0]
-        tg.cancel_scope.cancel()
+    async with gateway, served_over_http(gateway, token=token) as url:
+        yield gateway, url
 
 
 @asynccontextmanager

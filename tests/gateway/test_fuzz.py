@@ -45,11 +45,10 @@ from mcp.shared.inbound import NAME_BEARING_METHODS, encode_header_value
 from residency._core._tools import JSONObject
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._demo import desk_tools
-from residency._gateway._http import bind, serve_http
 from tests._tiers import examples
 from tests._timing import CLEANUP, SERVING, START, STEP, UPSTREAMS_UP
 from tests.gateway import secret_upstream
-from tests.gateway.conftest import config
+from tests.gateway.conftest import config, served_over_http
 
 ENV_SECRET = "fz-env-credential-7Qm2vX9pL4nR"
 HEADER_SECRET = "fz-header-credential-3Rk8wN5tY1cJ"
@@ -624,19 +623,8 @@ class HttpGateway:
 @asynccontextmanager
 async def _serve(desk: RecordingDesk) -> AsyncIterator[str]:
     gateway = Gateway(config(RESIDENCY, _servers(with_desk=False)), upstreams={"desk": desk.server})
-    ready = anyio.Event()
-    urls: list[str] = []
-
-    def started(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    async with gateway, anyio.create_task_group() as tg:
-        tg.start_soon(lambda: serve_http(gateway, bind("127.0.0.1", 0), token=TOKEN, started=started))
-        with anyio.fail_after(START):
-            await ready.wait()
-        yield urls[0]
-        tg.cancel_scope.cancel()
+    async with gateway, served_over_http(gateway, wait=START, token=TOKEN) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ its time fairly; with 50,000-key objects back to back the probe's p99 reached 60
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -40,10 +39,9 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from mcp import Client
 
 from residency._gateway import Gateway, IncidentDesk
-from residency._gateway._http import bind, serve_http
 from tests._timing import START, STEP, TEST, UPSTREAMS_UP
 from tests.gateway import hostile
-from tests.gateway.conftest import config, session_meta
+from tests.gateway.conftest import config, served_over_http, session_meta
 
 pytestmark = pytest.mark.anyio
 
@@ -88,23 +86,9 @@ async def hostile_gateway() -> AsyncIterator[tuple[Gateway, str]]:
     # UPSTREAMS_UP: serving once the hostile upstream is up, whose tools the test calls.
     settings = {**UPSTREAMS_UP, "budget": {"schema_tokens": 100_000}}
     gateway = Gateway(config(settings, servers), upstreams={"desk": IncidentDesk().server})
-    ready = anyio.Event()
-    urls: list[str] = []
-
-    def started(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    async with gateway, anyio.create_task_group() as tg:
-        sock = bind("127.0.0.1", 0)
-        # Without it, each small response waits out the client's delayed ACK (about 40 ms here).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        tg.start_soon(lambda: serve_http(gateway, sock, started=started))
-        with anyio.fail_after(START):
-            await ready.wait()
+    async with gateway, served_over_http(gateway, wait=START) as url:
         assert all(name in gateway.catalog for name in ("match", "blob", "churn"))
-        yield gateway, urls[0]
-        tg.cancel_scope.cancel()
+        yield gateway, url
 
 
 class HostileClient:

@@ -26,11 +26,10 @@ from mcp.shared.dispatcher import as_request_id
 from starlette.types import Message, Receive, Scope, Send
 
 from residency._gateway import Gateway
-from residency._gateway._http import bind, serve_http
 from residency._gateway._request_ids import IN_FLIGHT_REASON, InFlightIds, RequestIds, request_id_of
 from tests._tiers import examples
 from tests._timing import STEP
-from tests.gateway.conftest import config
+from tests.gateway.conftest import config, served_over_http
 
 pytestmark = pytest.mark.anyio
 
@@ -67,20 +66,8 @@ class Holder:
 @asynccontextmanager
 async def _serving(holder: Holder, json_response: bool) -> AsyncIterator[str]:
     gateway = Gateway(config({"pinned": ["hold"]}), upstreams={"holder": holder.server})
-    ready = anyio.Event()
-    urls: list[str] = []
-
-    def started(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    async with gateway, anyio.create_task_group() as tg:
-        sock = bind("127.0.0.1", 0)
-        tg.start_soon(lambda: serve_http(gateway, sock, started=started, json_response=json_response))
-        with anyio.fail_after(STEP):
-            await ready.wait()
-        yield urls[0]
-        tg.cancel_scope.cancel()
+    async with gateway, served_over_http(gateway, json_response=json_response) as url:
+        yield url
 
 
 def _answer(response: httpx2.Response) -> dict[str, Any]:

@@ -20,11 +20,10 @@ from residency._gateway import Gateway, IncidentDesk
 from residency._gateway import _resources as res
 from residency._gateway._config import Secrets
 from residency._gateway._demo import SCENARIO_READS
-from residency._gateway._http import bind, serve_http
 from residency._gateway._telemetry import Telemetry
 from residency._runtime._tools import IMPLICIT_REEXPANSION
 from tests._timing import STEP
-from tests.gateway.conftest import agent, config, reason, running
+from tests.gateway.conftest import agent, config, reason, running, served_over_http
 
 pytestmark = pytest.mark.anyio
 
@@ -230,20 +229,8 @@ async def http_gateway(
 ) -> AsyncIterator[tuple[Gateway, str]]:
     """The desk in-process plus ``servers``, served on an ephemeral loopback port; yields the base URL."""
     gateway = Gateway(config({}, servers), upstreams={"desk": IncidentDesk().server})
-    ready = anyio.Event()
-    urls: list[str] = []
-
-    def started(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    async with gateway, anyio.create_task_group() as tg:
-        sock = bind("127.0.0.1", 0)
-        tg.start_soon(lambda: serve_http(gateway, sock, token=token, started=started))
-        with anyio.fail_after(STEP):
-            await ready.wait()
-        yield gateway, urls[0].removesuffix("/mcp")
-        tg.cancel_scope.cancel()
+    async with gateway, served_over_http(gateway, token=token) as url:
+        yield gateway, url.removesuffix("/mcp")
 
 
 @pytest.mark.slow

@@ -16,10 +16,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ToolsListChanged
 
 from residency._gateway import Gateway, IncidentDesk
-from residency._gateway._http import bind, serve_http
 from residency._gateway._meta_tools import listed_meta_tools
 from tests._timing import START, STEP, scaled
-from tests.gateway.conftest import config, reason, text
+from tests.gateway.conftest import config, reason, served_over_http, text
 
 META_TOOLS = listed_meta_tools(chains=False, offload=False)  # a fresh session: no chain yet, no offloading
 
@@ -60,20 +59,8 @@ async def http_gateway(token: str | None = None, **residency: Any) -> AsyncItera
     desk = IncidentDesk()
     # by list: these tests probe sessions and streams through what each session's list shows
     gateway = Gateway(config({"delivery": "list", **residency}), upstreams={"desk": desk.server})
-    ready = anyio.Event()
-    urls: list[str] = []
-
-    def started(url: str) -> None:
-        urls.append(url)
-        ready.set()
-
-    async with gateway, anyio.create_task_group() as tg:
-        sock = bind("127.0.0.1", 0)
-        tg.start_soon(lambda: serve_http(gateway, sock, token=token, started=started))
-        with anyio.fail_after(STEP):
-            await ready.wait()
-        yield gateway, urls[0]
-        tg.cancel_scope.cancel()
+    async with gateway, served_over_http(gateway, token=token) as url:
+        yield gateway, url
 
 
 @asynccontextmanager
