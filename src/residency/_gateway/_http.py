@@ -77,6 +77,7 @@ from residency._gateway._config import RESPONSES_ENV, Secrets
 from residency._gateway._connection import IDENTITY_STATE, token_identity
 from residency._gateway._http_guard import Admission, BoundedBody, Front, raise_fd_limit
 from residency._gateway._http_limits import Caps, HTTPSettings
+from residency._gateway._request_ids import RequestIds
 from residency._gateway._resources import upstream_status
 from residency._gateway._server import Gateway
 from residency._gateway._upstream import Upstream
@@ -305,8 +306,6 @@ def http_app(
         custom_starlette_routes=_operator_routes(gateway, security),
         max_request_body_size=front.settings.max_body_bytes,
     )
-    from residency._gateway._request_ids import RequestIds
-
     # Innermost: a request whose id collides with one in flight in its session is refused.
     app = RequestIds(app, path=MCP_PATH, max_body_bytes=front.settings.max_body_bytes)
     # Outermost last: the request caps and the Host check, the token, then the bounded body.
