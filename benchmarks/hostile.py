@@ -1,4 +1,4 @@
-"""The hostile side of the latency-isolation test, in processes of its own.
+"""The hostile side of the latency-isolation benchmark (``isolation.py``), in processes of its own.
 
 ``python hostile.py upstream`` serves an MCP upstream over stdio whose tools invite costly
 work: ``match`` has the pattern ``^(a|a)*$`` (catastrophic backtracking), ``blob`` takes any
