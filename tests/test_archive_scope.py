@@ -278,6 +278,7 @@ def test_a_version_1_postgres_schema_is_upgraded_and_keeps_its_sessions(pg_schem
         s = sql.Identifier(schema)
         admin.execute(sql.SQL("DROP TABLE {}.chain_archive").format(s))
         admin.execute(sql.SQL("DROP TABLE {}.scope_members").format(s))
+        admin.execute(sql.SQL("DROP TABLE {}.search_labels").format(s))
         admin.execute(sql.SQL("DROP INDEX {}.journal_calls").format(s))
         admin.execute(sql.SQL("DELETE FROM {}.residency_version WHERE version >= 2").format(s))
     with pytest.raises(StoreError):

@@ -362,7 +362,9 @@ def test_a_version_2_schema_gets_the_scope_index_when_a_gateway_opens_it(
     first = PostgresStore(url)
     assert first.archive_chain("default", {"digest": "d1"}) is True
     first.close()
-    # Back to what version 2 wrote: no scope index (3), no scope members or call index (4).
+    # Back to what version 2 wrote: no scope index (3), no scope members or call index (4), no
+    # search labels (5).
+    admin.execute(sql.SQL("DROP TABLE {}.search_labels").format(ident))
     admin.execute(sql.SQL("DROP INDEX {}.chain_archive_scope_pos").format(ident))
     admin.execute(sql.SQL("DROP TABLE {}.scope_members").format(ident))
     admin.execute(sql.SQL("DROP INDEX {}.journal_calls").format(ident))
@@ -384,6 +386,8 @@ def test_a_version_2_schema_gets_the_scope_index_when_a_gateway_opens_it(
     try:
         upgraded.join_scope("default", "s1")  # the members table is back
         assert upgraded.scope_calls("default", 10) == []
+        upgraded.learn_searches("default", [{"query": "q", "tool": "t", "session": "s1", "at": 1.0}])
+        assert [r["tool"] for _, r in upgraded.search_labels("default")] == ["t"]  # labels too
     finally:
         upgraded.close()
     versions = admin.execute(sql.SQL("SELECT version FROM {}.residency_version").format(ident)).fetchall()

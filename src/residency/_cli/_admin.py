@@ -1,6 +1,8 @@
 """``residency admin``: operator changes to the sessions and archive scopes of a store.
 
 ``chains list``   the chains archived in a scope (``--scope``, default ``default``), oldest first
+``learned list``  what tool search learned in a scope: per tool, the queries that led to its calls
+``learned reset`` forget what a scope learned (``--tool TOOL``: only that tool's labels)
 ``readmit TOOL``  bring an archived tool back into a session's index (``--session``)
 ``mark-shared TOOL [TOOL ...]``  mark tools shared in a session: archiving never retires them
 ``revoke``        list a session's credential references not yet revoked; with ``--retry``, run
@@ -48,6 +50,21 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     listing.add_argument("--json", action="store_true", help="print the records as JSON")
     listing.set_defaults(run=_chains_list)
+
+    learned = actions.add_parser("learned", help="what tool search learned from use")
+    learned_actions = learned.add_subparsers(dest="learned_action", metavar="ACTION", required=True)
+    for name, helptext, run in (
+        ("list", "per tool, the queries that led to its successful calls", _learned_list),
+        ("reset", "forget what the scope learned (every tool, or --tool)", _learned_reset),
+    ):
+        sub = learned_actions.add_parser(name, help=helptext)
+        sub.add_argument(
+            "--scope", default=DEFAULT_SCOPE, help=f"the archive scope (default {DEFAULT_SCOPE})"
+        )
+        if name == "list":
+            sub.add_argument("--json", action="store_true", help="print the labels as JSON")
+        sub.add_argument("--tool", metavar="TOOL", help="only this tool's labels")
+        sub.set_defaults(run=run)
 
     readmit = actions.add_parser("readmit", help="bring an archived tool back into a session's index")
     readmit.add_argument("tool", metavar="TOOL")
@@ -105,6 +122,60 @@ def _chains_list(args: argparse.Namespace) -> int:
         return _fail(exc)
     finally:
         store.close()
+
+
+def _learned(args: argparse.Namespace, act: Any) -> int:
+    from residency._runtime._learning import learns
+    from residency._store import redact_url
+
+    try:
+        store = _open(args.store)
+    except ResidencyError as exc:
+        return _fail(exc)
+    try:
+        if not learns(store):
+            return _fail(f"{redact_url(args.store)}: this store keeps no search labels")
+        return int(act(store))
+    except ResidencyError as exc:
+        return _fail(exc)
+    finally:
+        store.close()
+
+
+def _learned_list(args: argparse.Namespace) -> int:
+    def listing(store: Any) -> int:
+        labels = [r for _, r in store.search_labels(args.scope) if args.tool in (None, r.get("tool"))]
+        if args.json:
+            print(json.dumps({"scope": args.scope, "labels": labels}, indent=2, sort_keys=True))
+            return 0
+        if not labels:
+            _say(f"(nothing learned in scope {args.scope!r})")
+            return 0
+        by_tool: dict[str, list[dict[str, Any]]] = {}
+        for label in labels:
+            by_tool.setdefault(str(label.get("tool")), []).append(label)
+        for tool, held in sorted(by_tool.items(), key=lambda item: (-len(item[1]), item[0])):
+            sessions = len({str(label.get("session")) for label in held})
+            _say(f"{tool}: {len(held)} label(s) from {sessions} session(s)")
+            for label in held[-5:]:  # the most recent
+                _say(f"  {str(label.get('query'))[:100]!r}")
+        _say(f"{len(labels)} label(s) over {len(by_tool)} tool(s) in scope {args.scope!r}")
+        return 0
+
+    return _learned(args, listing)
+
+
+def _learned_reset(args: argparse.Namespace) -> int:
+    def reset(store: Any) -> int:
+        gone = store.forget_search_labels(args.scope, args.tool)
+        which = f"of {args.tool} " if args.tool else ""
+        _say(
+            f"forgot {gone} label(s) {which}in scope {args.scope!r} (running gateways drop them "
+            "within a minute)"
+        )
+        return 0
+
+    return _learned(args, reset)
 
 
 def _session_change(args: argparse.Namespace, change: Any, **options: Any) -> int:

@@ -367,6 +367,8 @@ class ToolCalls:
         gw.telemetry.forwarded(
             gs.key, name, entry.server, time.perf_counter() - started, ok=not result.is_error, via=via
         )
+        if not result.is_error:
+            s.call_succeeded(name)  # a search that found it is a label of it (search learns from use)
         # An upstream may quote its own env or headers, in an isError result above all.
         # Recorded after redaction: what the store keeps is what the client may see.
         return res.record_result(s, redact_result(result, self.secrets), name, gw.config.residency.spans)

@@ -160,6 +160,8 @@ class ResidencySettings(_Strict):
         startup_timeout: seconds one upstream may take to start and list its tools.
         ready_wait: seconds the gateway waits for starting upstreams before it serves; an
             upstream that is ready later joins, and clients are told the list changed.
+        search_wait: seconds, at most, the gateway then waits for its catalog's search vectors,
+            within what is left of ``ready_wait`` (BM25 answers searches until they are ready).
         relist_interval: seconds after which a call re-lists its upstream before forwarding;
             a change made without ``tools/list_changed`` is noticed within it (0: every call).
         token: bearer token required by the HTTP transport (``--token`` overrides it).
@@ -188,6 +190,7 @@ class ResidencySettings(_Strict):
     call_timeout: float = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
     startup_timeout: float = Field(default=DEFAULT_STARTUP_TIMEOUT, gt=0)
     ready_wait: float = Field(default=DEFAULT_READY_WAIT, ge=0)
+    search_wait: float = Field(default=DEFAULT_READY_WAIT, ge=0)
     relist_interval: float = Field(default=30.0, ge=0)
     token: SecretStr | None = None
     allowed_hosts: tuple[str, ...] = ()

@@ -36,7 +36,7 @@ from residency._core._tools import JSONObject
 from residency._errors import ArgumentsInvalid, IllegalTransition, InvalidInput, NotFound
 from residency._gateway._aggregate import Catalog
 from residency._gateway._resources import MAX_RANGE, span_range
-from residency._gateway._search import catalog_index
+from residency._gateway._search import SEARCH_META_KEY, catalog_index, ranker_now
 from residency._runtime import Session
 
 __all__ = [
@@ -353,16 +353,26 @@ def search_tools(
             return state is not ToolState.ARCHIVED and name not in shown and not session.carried(name)
         return state in _WITHHELD
 
-    hits = catalog_index(catalog).search(query, limit=limit, among=withheld)
+    index = catalog_index(catalog)
+    ranker = ranker_now(index)
+    hits = index.search(query, limit=limit, among=withheld, ranker=ranker, learned=session.learned_labels())
+    session.note_search(query, [h.name for h in hits])  # a successful call of a hit teaches the scope
     if by_reference:
-        return _delivered_hits(session, query, [h.name for h in hits], {h.name: h.summary for h in hits})
+        delivered = _delivered_hits(session, query, [h.name for h in hits], {h.name: h.summary for h in hits})
+        return _ranked(delivered, ranker)
     found = [{"name": h.name, "description": h.summary, "state": session.state(h.name).value} for h in hits]
     if not found:
         text = f"No withheld tool matches {query!r}."
     else:
         text = "\n".join(f"{h['name']}: {h['description']}" for h in found)
         text += f"\nCall {REEXPAND_TOOLS} with the names you need, then call them."
-    return _result(text, {"tools": found})
+    return _ranked(_result(text, {"tools": found}), ranker)
+
+
+def _ranked(result: types.CallToolResult, ranker: str) -> types.CallToolResult:
+    """``result`` saying which ranker answered, in ``_meta["residency/search"]["ranker"]``."""
+    result.meta = {**(result.meta or {}), SEARCH_META_KEY: {"ranker": ranker}}
+    return result
 
 
 def _delivered_hits(

@@ -59,8 +59,10 @@ from residency._gateway._config import (
 )
 from residency._gateway._demo import IncidentDesk
 from residency._gateway._http import bind, exposure_problem, is_loopback, serve_http, token_problem
+from residency._gateway._search import SearchStatus
 from residency._gateway._server import Gateway
 from residency._gateway._upstream import Upstream
+from residency._search import RANKER_ENV
 
 __all__ = [
     "DEMO_CONFIG",
@@ -262,6 +264,7 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
     )
     lines.append(f"minify {settings.minify}")
     lines.append(f"delivery {settings.delivery}{_DELIVERY_NOTES[settings.delivery]}")
+    lines.append(printable(_search_line(gateway.search_status())))
     key = options.session
     if options.transport == "stdio" and key is not None:
         lines.append(f"session {key} (resume with --session {key})")
@@ -270,6 +273,21 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
     else:
         lines.append("sessions: one per client (see 'residency serve --help': Who a session is)")
     return "\n".join(f"residency: {line}" for line in lines)
+
+
+def _search_line(status: SearchStatus) -> str:
+    """Which ranker answers searches now, and what comes next."""
+    if status.state == "off":
+        return f"search BM25 ({RANKER_ENV}=bm25)"
+    if status.state == "absent":
+        return "search BM25 (no semantic model installed: pip install 'residency[search]')"
+    if status.state == "failed":
+        return "search BM25 (computing the vectors failed: see the log)"
+    tools = "1 tool" if status.tools == 1 else f"{status.tools} tools"
+    cache = "in memory only" if status.cache is None else str(status.cache)
+    if status.state == "ready":
+        return f"search fusion (BM25 + {status.model}), vectors of {tools} ready (cache {cache})"
+    return f"search BM25 until the vectors of {tools} are computed (then fusion; cache {cache})"
 
 
 def _upstream_state(upstream: Upstream) -> str:

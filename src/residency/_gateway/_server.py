@@ -33,6 +33,12 @@ so a call can tell whether its definition is still the upstream's (see "Rug pull
 ``_calls``). A tool whose definition residency cannot take (a malformed definition, an
 ``inputSchema`` that is not a valid JSON Schema) is left out of the catalog and logged: the
 check is the one ``Session.register_tools`` makes (``check_tool``).
+
+Each catalog built is warmed for search at once (``_search.SearchWarmup``: its index built and
+its vectors computed in a thread), and before it serves the gateway waits for those vectors
+within what is left of ``ready_wait`` and at most ``search_wait``, so that its first searches
+are fused where the vectors come from the cache (kept beside the store, ``vector_directory``) or
+the catalog is small; past it, BM25 answers until they are ready, and the log says when.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import sys
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from contextlib import AsyncExitStack
@@ -62,11 +70,19 @@ from residency._gateway._config import MINIFY_LEVELS, GatewayConfig, Secrets
 from residency._gateway._connection import ListChangedServer, connection_of, is_modern, session_key
 from residency._gateway._listing import ToolListing
 from residency._gateway._reads import ResourceHandlers
+from residency._gateway._search import (
+    SearchStatus,
+    SearchWarmup,
+    catalog_index,
+    idle_status,
+    vector_directory,
+)
 from residency._gateway._sessions import GatewaySession, SessionTable, View, store_id
 from residency._gateway._telemetry import Telemetry, count_tokens_aside
 from residency._gateway._upstream import Upstream
 from residency._runtime import Session
 from residency._runtime._tool_cache import checked_tool
+from residency._search import ToolIndex, embedding_cache
 from residency._store import open_store
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
@@ -78,6 +94,7 @@ if TYPE_CHECKING:
 __all__ = ["CALL_META_KEY", "PHASE_META_KEY", "TOMBSTONE_NOTICE", "Gateway"]
 
 logger = logging.getLogger("residency.gateway")
+search_logger = logging.getLogger("residency.search")
 
 _UNBOUNDED = 1 << 62
 ANONYMOUS = "anonymous"
@@ -205,6 +222,10 @@ class Gateway:
         self._catalog_count: Future[int] = Future()
         self._catalog_count.set_result(0)
         self._gauged: Future[int] | None = None
+        self._warmup: SearchWarmup | None = None  # the current catalog's
+        self._vectors_news = False  # vectors ready from now on are logged (before: the summary)
+        self._announced: weakref.WeakSet[ToolIndex] = weakref.WeakSet()  # indexes logged ready
+        self._announcing = threading.Lock()
         self._sessions: SessionTable | None = None
         self._stack: AsyncExitStack | None = None
         self._tg: anyio.abc.TaskGroup | None = None
@@ -224,6 +245,10 @@ class Gateway:
                 self._store = open_store(self.config.residency.store)
             if self._owns_store:
                 stack.callback(self._store.close)
+            # Search vectors are kept where the store is (RESIDENCY_SEARCH_CACHE overrides).
+            cache = embedding_cache()
+            stack.callback(cache.set_default_directory, cache.default_directory)
+            cache.set_default_directory(vector_directory(self._store))
             self._sessions = SessionTable(
                 self._store, self._open_session, delivery=self.config.residency.delivery
             )
@@ -250,6 +275,7 @@ class Gateway:
     async def _start_upstreams(self) -> None:
         assert self._tg is not None
         tg = self._tg
+        ready_by = anyio.current_time() + self.config.residency.ready_wait
         pending = len(self.upstreams)
         settled = anyio.Event()
 
@@ -285,6 +311,22 @@ class Gateway:
         # No await from here on: an upstream that starts after this line is applied by its task.
         self._rebuild_catalog()
         self._serving = True
+        await self._wait_for_vectors(ready_by)
+
+    async def _wait_for_vectors(self, ready_by: float) -> None:
+        """Wait for the catalog's search vectors until ``ready_by`` and at most ``search_wait``
+        (a catalog rebuilt meanwhile, by an upstream that started late, is waited for instead)."""
+        wait = min(ready_by - anyio.current_time(), self.config.residency.search_wait)
+        deadline = anyio.current_time() + wait
+        while (warmup := self._warmup) is not None:
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                break
+            # In a worker thread, bounded: a thread cannot be cancelled, so it must end by itself.
+            await anyio.to_thread.run_sync(warmup.wait, left, abandon_on_cancel=True)
+            if warmup is self._warmup:
+                break
+        self._vectors_news = True
 
     async def _stop_upstreams(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -313,6 +355,32 @@ class Gateway:
                 )
         # Only telemetry needs it, first at the first list: counted meanwhile, beside the loop.
         self._catalog_count = count_tokens_aside(self.catalog.definitions())
+        # The search index and its vectors too, so that searches need not wait for them.
+        self._warmup = SearchWarmup(self.catalog, on_ready=self._vectors_ready)
+
+    def _vectors_ready(self, warmup: SearchWarmup, seconds: float) -> None:
+        """Called in the warm-up's thread: said once serving began, once per index, and only for
+        the index the catalog now served uses (a reload that changed nothing builds another
+        catalog of the same tools: it shares the index, and its own warm-up found it ready)."""
+        index = warmup.index
+        if not self._vectors_news or index is None or catalog_index(self.catalog) is not index:
+            return
+        with self._announcing:
+            if index in self._announced:
+                return
+            self._announced.add(index)
+        status = warmup.status()
+        search_logger.info(
+            "tool search: fusion answers now: the vectors of %d tools are ready after %.1f s (%s)",
+            status.tools,
+            seconds,
+            status.model,
+        )
+
+    def search_status(self) -> SearchStatus:
+        """Which ranker answers ``search_tools`` now, and what comes next (the startup summary)."""
+        warmup = self._warmup
+        return warmup.status() if warmup is not None else idle_status(len(self.catalog))
 
     def catalog_tokens(self) -> int:
         """Tokens of every upstream tool's full definition: what a list without residency costs.

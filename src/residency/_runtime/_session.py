@@ -31,11 +31,13 @@ from residency._runtime._deliveries import DeliveryPart
 from residency._runtime._guard import CHANGES, READS, exclusive, same_doc
 from residency._runtime._inputs import callable_param, name_set, phase_map
 from residency._runtime._journal import DEFAULT_CHECKPOINT_EVERY, Journal, new_session_id
+from residency._runtime._learning import LearningPart
 from residency._runtime._plans import PlanPart, TurnPlan
 from residency._runtime._spans import SpanPart
 from residency._runtime._tool_cache import SpecSource
 from residency._runtime._tools import ToolPart
 from residency._search import SearchHit
+from residency._search._learned import LearnedLabels
 from residency._store._memory import MemoryStore
 from residency._store._protocol import DEFAULT_SCOPE, Clock, Store, SystemClock, check_scope
 
@@ -173,6 +175,7 @@ class Session:
         self._chains = ChainPart(
             self._journal, self._tools, chain_policy=chain_policy, revoke=revoke, archive_scope=archive_scope
         )
+        self._learning = LearningPart(self._journal, archive_scope)
         self._journal.open()
         if resume and self._journal.seq == 0:
             raise NotFound(f"the store holds no session {session_id!r} to resume")
@@ -344,9 +347,45 @@ class Session:
     def arguments_resident(self, name: str) -> bool:
         return self._tools.arguments_resident(name)
 
-    @same_doc(ToolPart.search)
     def search(self, query: str, limit: int = 5) -> list[SearchHit]:
-        return self._tools.search(query, limit)
+        """The withheld tools (tombstoned or evicted; never archived) that best match ``query``.
+
+        One index per distinct set of definitions is shared by every session of the process;
+        with the ``search`` extra installed, BM25 is fused with an offline embedding ranker.
+        Queries that led to successful calls in the session's archive scope rank as one more
+        signal (see :meth:`call_succeeded`), and this search is remembered for the calls that
+        may follow it.
+
+        Returns:
+            At most ``limit`` hits, best first.
+        """
+        hits = self._tools.search(query, limit, learned=self._learning.labels())
+        self._learning.note_search(query, [h.name for h in hits])
+        return hits
+
+    def note_search(self, query: str, hits: Iterable[str]) -> None:
+        """Remember a search made outside :meth:`search` (a host's own index) and the tools it
+        found, so that a successful call of one of them teaches the scope (see
+        :meth:`call_succeeded`). In memory only: nothing is journaled."""
+        self._learning.note_search(query, list(hits))
+
+    def call_succeeded(self, name: str) -> list[str]:
+        """Learn from a successful call of ``name``: if one of the session's recent searches
+        found it, that query (and the searches before it since the last call learned from, the
+        phrasings that did not find it) becomes a label of the tool, kept in the store under the
+        session's archive scope and ranked by every session of the scope. Each query is learned
+        once per tool and session; nothing is learned without an archive scope or on a store
+        without search labels.
+
+        Returns:
+            The queries learned (none, usually).
+        """
+        return self._learning.call_succeeded(name)
+
+    def learned_labels(self) -> LearnedLabels | None:
+        """What the session's archive scope has learned from searches, for a host that ranks
+        with its own index (``ToolIndex.search(..., learned=...)``); None if nothing."""
+        return self._learning.labels()
 
     def is_pinned(self, name: str) -> bool:
         """Whether the tool is pinned (always resident)."""

@@ -51,6 +51,7 @@ from residency._runtime._tool_cache import (
     shared_validator,
 )
 from residency._search import SearchHit, ToolIndex, shared_index
+from residency._search._learned import LearnedLabels
 from residency._tokens import count_tokens
 
 __all__ = ["IMPLICIT_REEXPANSION", "CallGuard", "ToolPart"]
@@ -174,7 +175,7 @@ class ToolPart:
         self.spec(name)
         return self._journal.state.arguments_resident(name)
 
-    def search(self, query: str, limit: int = 5) -> list[SearchHit]:
+    def search(self, query: str, limit: int = 5, *, learned: LearnedLabels | None = None) -> list[SearchHit]:
         """The withheld tools (tombstoned or evicted; never archived) that best match ``query``.
 
         One index per distinct set of definitions is shared by every session of the process;
@@ -185,7 +186,9 @@ class ToolPart:
         """
         state = self._journal.state
         states = state.states
-        return self._index(state).search(query, limit=limit, among=lambda name: states.get(name) in _WITHHELD)
+        return self._index(state).search(
+            query, limit=limit, among=lambda name: states.get(name) in _WITHHELD, learned=learned
+        )
 
     def _index(self, state: SessionState) -> ToolIndex:
         """The shared index of ``state``'s catalog, looked up again only when the catalog changed

@@ -23,8 +23,9 @@ Theory of operation:
   field weights and parameters, and query words expanded by their nearest corpus words did no
   better than the noise (README, "Tool search"). Vectors are computed on first use, in a
   background thread by default (BM25 alone answers until they are ready) or at once with
-  :meth:`ToolIndex.embed`, and kept on disk too where ``RESIDENCY_SEARCH_CACHE`` names a
-  directory.
+  :meth:`ToolIndex.embed` (a gateway starts them as soon as it builds its catalog), and kept on
+  disk too where the embedding cache has a directory (``RESIDENCY_SEARCH_CACHE``, or the one a
+  gateway sets beside its store).
 """
 
 from __future__ import annotations
@@ -40,8 +41,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from residency._core._tools import definition_hash
+from residency._search._learned import WEIGHT as LEARNED_WEIGHT
+from residency._search._learned import LearnedLabels
 from residency._search._semantic import Embedder, Vectors, default_embedder, embedding_cache
 from residency._search._text import (
+    EMBEDDING_VERSION,
     document_terms,
     embedding_query,
     embedding_texts,
@@ -109,7 +113,8 @@ class IndexedTool:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One ranked tool. ``score`` is BM25's, the cosine similarity, or the fused score (0 to 3.5)."""
+    """One ranked tool. ``score`` is BM25's, the cosine similarity, or the fused score (0 to 3.5,
+    4.5 with learned labels)."""
 
     name: str
     summary: str
@@ -134,9 +139,9 @@ _terms_lock = threading.Lock()
 
 
 def vector_key(tool: IndexedTool) -> str:
-    """The key of a tool's vector in the embedding cache: its definition hash and server (the
-    server is part of the embedded text)."""
-    return f"{tool.hash}:{tool.server}"
+    """The key of a tool's vector in the embedding cache: its definition hash, server (the
+    server is part of the embedded text) and the version of the embedded texts."""
+    return f"{tool.hash}:{tool.server}:{EMBEDDING_VERSION}"
 
 
 def _terms(tool: IndexedTool) -> list[str]:
@@ -167,6 +172,8 @@ class ToolIndex:
     ):
         import bm25s
 
+        # bm25s sets its own logger to DEBUG when imported: its chatter is not ours to show.
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
         self.tools: tuple[IndexedTool, ...] = tuple(tools)
         self._position = {t.name: i for i, t in enumerate(self.tools)}
         if len(self._position) != len(self.tools):
@@ -222,7 +229,7 @@ class ToolIndex:
             by_key = {vector_key(t): t for t in self.tools}
             keys = list(by_key)
 
-            def texts(key: str) -> tuple[str, str]:
+            def texts(key: str) -> tuple[str, ...]:
                 return embedding_texts(by_key[key].definition, by_key[key].server)
 
             cache = embedding_cache()
@@ -252,6 +259,18 @@ class ToolIndex:
                 self._embedding = thread
                 _background.add(thread)
                 thread.start()
+
+    def wait_for_vectors(self, timeout: float | None = None) -> bool:
+        """Wait, at most ``timeout`` seconds (None: no limit), for the computation
+        :meth:`embed_in_background` started; whether the vectors are ready.
+
+        Returns at once when none was started (no model, or not asked for yet).
+        """
+        with self._lock:
+            thread = self._embedding
+        if thread is not None:
+            thread.join(timeout)
+        return self._vectors is not None
 
     def _query_vector(self, query: str) -> Vectors:
         assert self._embedder is not None  # vectors exist only where a model made them
@@ -329,6 +348,7 @@ class ToolIndex:
         limit: int = 5,
         among: Among = None,
         ranker: Ranker = "auto",
+        learned: LearnedLabels | None = None,
     ) -> list[tuple[int, float]]:
         """Positions in ``tools`` and scores, best first (see :meth:`search`)."""
         import numpy as np
@@ -347,7 +367,11 @@ class ToolIndex:
         keep = self._keep(among)
         lexical = self._bm25_scores(query)
         named = self._named(query)
+        use = self._learned_scores(query, learned, semantic=mode == "fusion") if mode != "semantic" else None
         if mode == "bm25":
+            if use is not None:  # on BM25's scale of [0, 1], so that the two add up
+                base = _unit(lexical) if lexical is not None else np.zeros(len(self.tools))
+                return self._walk(self._boost(base + LEARNED_WEIGHT * use, named), keep, limit, matched=True)
             if lexical is None:
                 return []
             return self._walk(self._boost(lexical, named), keep, limit, matched=True)
@@ -361,7 +385,23 @@ class ToolIndex:
         # The catalog, not the eligible tools, sets the scale, so a session's filter only
         # removes tools from the ranking and never reorders the rest.
         fused = _unit(lexical) + _SEMANTIC_WEIGHT * _unit(sims)
+        if use is not None:
+            fused = fused + LEARNED_WEIGHT * use
         return self._walk(self._boost(fused, named), keep, limit, matched=False)
+
+    def _learned_scores(
+        self, query: str, learned: LearnedLabels | None, *, semantic: bool
+    ) -> npt.NDArray[np.float64] | None:
+        """The learned signal of ``query`` over this catalog (see ``_learned``), or None."""
+        if learned is None or not len(learned):
+            return None
+        embedder = self._embedder
+        if not semantic or embedder is None:
+            return learned.scores(query, self._position, len(self.tools))
+        model = embedder
+        return learned.scores(
+            query, self._position, len(self.tools), lambda: (model, self._query_vector(query))
+        )
 
     def _named(self, query: str) -> dict[int, int]:
         """Tools the query names: position -> the number of name terms it spells out.
@@ -399,6 +439,7 @@ class ToolIndex:
         limit: int = 5,
         among: Among = None,
         ranker: Ranker = "auto",
+        learned: LearnedLabels | None = None,
     ) -> list[SearchHit]:
         """The tools that best match ``query``.
 
@@ -411,6 +452,9 @@ class ToolIndex:
             ranker: ``auto`` fuses BM25 with the semantic ranker when its vectors are ready
                 (and starts computing them otherwise); ``bm25``, ``semantic`` or ``fusion``
                 force one (the last two compute the vectors first, if needed).
+            learned: the queries that led to successful calls in the caller's scope (see
+                ``_learned``), added to the BM25 and fused rankings as one more signal; a query
+                near none of them ranks as without it.
 
         Returns:
             Hits, best first. BM25 leaves out tools that share no term with the query.
@@ -419,7 +463,7 @@ class ToolIndex:
             ValueError: ``semantic`` or ``fusion`` asked for with no model installed.
         """
         hits = []
-        for i, score in self.rank(query, limit=limit, among=among, ranker=ranker):
+        for i, score in self.rank(query, limit=limit, among=among, ranker=ranker, learned=learned):
             summary = self._summaries.get(i)
             if summary is None:
                 summary = self._summaries[i] = summary_line(self.tools[i].definition)

@@ -9,12 +9,14 @@ installed.
 
 Vectors are computed once per definition hash and kept in a process-wide cache that every
 session and index shares (:class:`EmbeddingCache`): a catalog change embeds only the
-definitions that changed. With ``RESIDENCY_SEARCH_CACHE`` set to a directory, the cache also
-lives on disk, one file per model (keys and vectors, written whole to a temporary file and
-renamed into place after each index's vectors are computed): a restarted gateway reads the
-vectors of the definitions it has seen instead of embedding them again (35 to 125 ms per tool
-on one core, so minutes at 10,000 tools). A file that cannot be read is ignored (and replaced at
-the next write): it is only a cache.
+definitions that changed. The cache also lives on disk when it has a directory: the one
+``RESIDENCY_SEARCH_CACHE`` names, else its default directory (a gateway sets its store's, see
+``residency._gateway._search``), else none. There it keeps one file per model (keys and vectors,
+written whole to a temporary file and renamed into place after each index's vectors are
+computed): a restarted gateway reads the vectors of the definitions it has seen instead of
+embedding them again (35 to 125 ms per tool on one core, so minutes at 10,000 tools). A file
+that cannot be read is ignored (and replaced at the next write), and one that cannot be written
+is warned about once: it is only a cache.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ RANKER_ENV = "RESIDENCY_SEARCH_RANKER"
 """``bm25`` turns the semantic ranker off; anything else (or unset) uses it when installed."""
 
 CACHE_ENV = "RESIDENCY_SEARCH_CACHE"
-"""A directory where the process-wide cache keeps vectors between runs; unset: memory only."""
+"""A directory where the process-wide cache keeps vectors between runs; unset: the cache's
+default directory (:meth:`EmbeddingCache.set_default_directory`), else memory only."""
 
 _log = logging.getLogger("residency.search")
 
@@ -195,16 +198,18 @@ class EmbeddingCache:
 
     Bounded: past ``limit`` vectors the least recently used go first. ``directory``: where
     :meth:`flush` writes, and the first use of a model reads, that model's vectors (``"env"``:
-    the directory named by ``RESIDENCY_SEARCH_CACHE``, read when first needed; None: memory
-    only).
+    the directory named by ``RESIDENCY_SEARCH_CACHE``, read when first needed, else the default
+    directory; None: memory only).
     """
 
     def __init__(self, limit: int = _CACHE_LIMIT, directory: Path | Literal["env"] | None = None) -> None:
         self._limit = limit
         self._directory = directory
+        self._default: Path | None = None
         self._vectors: OrderedDict[tuple[str, str], Vectors] = OrderedDict()
         self._loaded: set[str] = set()  # models whose file was read (or found absent)
         self._dirty: set[str] = set()  # models with vectors not yet written
+        self._unwritable: set[Path] = set()  # files already warned about
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -214,8 +219,31 @@ class EmbeddingCache:
         """Where vectors are kept between runs, or None."""
         if self._directory == "env":
             value = os.environ.get(CACHE_ENV, "").strip()
-            return Path(value) if value else None
+            return Path(value) if value else self._default
         return self._directory
+
+    @property
+    def default_directory(self) -> Path | None:
+        """Where a cache that follows ``RESIDENCY_SEARCH_CACHE`` keeps vectors while it is unset."""
+        return self._default
+
+    def set_default_directory(self, directory: Path | None) -> None:
+        """Keep vectors in ``directory`` while ``RESIDENCY_SEARCH_CACHE`` is unset (None: memory only).
+
+        Only a cache that follows the environment (the process-wide one) uses it; one given a
+        directory of its own keeps that. When the place vectors are kept moves, the file there is
+        read at the next use and the vectors in memory are written there at the next
+        :meth:`flush`.
+
+        Args:
+            directory: the directory (created at the first write), or None.
+        """
+        with self._lock:
+            before = self.directory()
+            self._default = directory
+            if self.directory() != before:
+                self._loaded.clear()
+                self._dirty.update(model for model, _ in self._vectors)
 
     def _path(self, model: str) -> Path | None:
         directory = self.directory()
@@ -232,9 +260,11 @@ class EmbeddingCache:
             return
         self._loaded.add(model)
         path = self._path(model)
-        if path is None or not path.is_file():
+        if path is None:
             return
         try:
+            if not path.is_file():  # may raise too: a directory that cannot be searched
+                return
             with np.load(path, allow_pickle=False) as data:
                 name, keys, vectors = str(data["model"]), data["keys"], data["vectors"]
             if name != model or vectors.ndim != 2 or len(keys) != len(vectors):
@@ -287,7 +317,14 @@ class EmbeddingCache:
                 np.savez(temporary, model=np.array(model), keys=keys, vectors=vectors)
                 os.replace(temporary, path)
             except OSError as exc:
-                _log.warning("tool search: could not write the vector cache %s (%s)", path, exc)
+                # Once per file: a gateway serves on without it, and says so only the first time.
+                with self._lock:
+                    first = path not in self._unwritable
+                    self._unwritable.add(path)
+                log = _log.warning if first else _log.debug
+                log(
+                    "tool search: could not write the vector cache %s (%s); vectors stay in memory", path, exc
+                )
 
     def vectors(
         self, embedder: Embedder, keys: Sequence[str], texts: Callable[[str], Sequence[str]]

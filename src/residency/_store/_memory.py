@@ -11,11 +11,15 @@ from residency._store._protocol import (
     JournalEntry,
     check_archive_record,
     check_scope,
+    check_search_label,
     content_key,
     verified_content,
 )
 
-__all__ = ["MemoryStore"]
+__all__ = ["MAX_MEMORY_LABELS", "MemoryStore"]
+
+MAX_MEMORY_LABELS = 10_000
+"""Search labels a memory store keeps per scope (the most recent)."""
 
 
 class MemoryStore:
@@ -31,6 +35,8 @@ class MemoryStore:
         self._content: dict[str, bytes] = {}
         self._archives: dict[str, dict[str, dict[str, Any]]] = {}  # scope -> digest -> record
         self._members: dict[str, set[str]] = {}  # scope -> session ids
+        self._labels: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # scope -> (pos, label)
+        self._label_pos = 0
         self._lock = threading.Lock()
 
     def append(self, session_id: str, entries: Sequence[JournalEntry], *, after: int | None = None) -> int:
@@ -126,6 +132,29 @@ class MemoryStore:
             ]
         calls.sort()  # by time written; a session's own calls keep their order
         return [(session_id, tool) for _, session_id, _, tool in calls[-limit:]] if limit > 0 else []
+
+    def learn_searches(self, scope: str, labels: Sequence[Mapping[str, Any]]) -> None:
+        check_scope(scope)
+        kept = [check_search_label(label) for label in labels]
+        with self._lock:
+            held = self._labels.setdefault(scope, [])
+            for label in kept:
+                self._label_pos += 1
+                held.append((self._label_pos, label))
+            del held[: max(0, len(held) - MAX_MEMORY_LABELS)]  # the oldest go first
+
+    def search_labels(self, scope: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+        check_scope(scope)
+        with self._lock:
+            return [(pos, dict(label)) for pos, label in self._labels.get(scope, ()) if pos > after]
+
+    def forget_search_labels(self, scope: str, tool: str | None = None) -> int:
+        check_scope(scope)
+        with self._lock:
+            held = self._labels.get(scope, [])
+            kept = [] if tool is None else [(p, lab) for p, lab in held if lab["tool"] != tool]
+            self._labels[scope] = kept
+            return len(held) - len(kept)
 
     def close(self) -> None:
         pass

@@ -81,6 +81,7 @@ from residency._store._protocol import (
     JournalEntry,
     check_archive_record,
     check_scope,
+    check_search_label,
     content_key,
     entries_from_rows,
     verified_content,
@@ -540,6 +541,62 @@ class PostgresStore:
             lambda conn: conn.execute(self._sql["scope_calls"], (scope, exclude, max(limit, 0))).fetchall(),
         )
         return [(str(session_id), str(tool)) for session_id, tool in reversed(rows)]
+
+    def learn_searches(self, scope: str, labels: Sequence[Mapping[str, Any]]) -> None:
+        """Add search labels to an archive scope (durable on return).
+
+        Raises:
+            InvalidInput: a malformed scope name or label; nothing is added.
+        """
+        check_scope(scope)
+        texts = [json.dumps(check_search_label(label), sort_keys=True) for label in labels]
+        if not texts:
+            return
+        lock = f"residency:{self._schema}:search_labels:{scope}"
+
+        def add(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                # Positions committed in order, so a reader resuming after one misses nothing.
+                conn.execute(self._sql["lock_scope"], (lock,))
+                with conn.cursor() as cursor:
+                    cursor.executemany(self._sql["learn_search"], [(scope, t) for t in texts])
+
+        self._on("learn from searches", add)
+
+    def search_labels(self, scope: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+        """The scope's search labels added after position ``after``, oldest first.
+
+        Raises:
+            InvalidInput: a malformed scope name.
+            StoreError: a stored label is not JSON.
+        """
+        check_scope(scope)
+        rows = self._on(
+            "read search labels",
+            lambda conn: conn.execute(self._sql["search_labels"], (scope, after)).fetchall(),
+        )
+        out: list[tuple[int, dict[str, Any]]] = []
+        for pos, text in rows:
+            try:
+                out.append((int(pos), json.loads(text)))
+            except ValueError:
+                raise StoreError(f"{self._url}: search label {pos} in scope {scope!r} is not JSON") from None
+        return out
+
+    def forget_search_labels(self, scope: str, tool: str | None = None) -> int:
+        """Delete the scope's search labels (only ``tool``'s, if given); how many were deleted.
+
+        Raises:
+            InvalidInput: a malformed scope name.
+        """
+        check_scope(scope)
+
+        def forget(conn: psycopg.Connection[Any]) -> int:
+            if tool is None:
+                return int(conn.execute(self._sql["forget_search_labels"], (scope,)).rowcount)
+            return int(conn.execute(self._sql["forget_tool_labels"], (scope, tool)).rowcount)
+
+        return self._on("forget search labels", forget)
 
     def close(self) -> None:
         """Close the pool's connections. Further calls raise ``StoreError``; closing twice is fine."""

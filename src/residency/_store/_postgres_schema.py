@@ -1,6 +1,6 @@
 """The PostgreSQL store's tables and statements: created, migrated and recognised here.
 
-Layout (schema version 4), in one PostgreSQL schema of the store's own::
+Layout (schema version 5), in one PostgreSQL schema of the store's own::
 
     residency_version(version PRIMARY KEY, application, applied_at)  one row per applied migration
     sessions(session_id PRIMARY KEY)                 one row per session with a journal
@@ -11,6 +11,7 @@ Layout (schema version 4), in one PostgreSQL schema of the store's own::
                                                      (version 3) index (scope, pos)
     scope_members(scope, session_id)                 (version 4) the sessions of each archive scope
     journal_calls (index)                            (version 4) journal (at) of ``call`` entries
+    search_labels(pos, scope, record)                (version 5) queries that led to calls; index (scope, pos)
 
 ``migrate`` runs in one transaction under an advisory lock named after the schema, so that
 replicas starting together create or upgrade it once. A new version adds its statements to
@@ -29,13 +30,22 @@ from residency._errors import StoreError
 
 __all__ = ["APPLICATION", "SCHEMA_VERSION", "migrate", "statements"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The newest layout this module writes and reads."""
 APPLICATION = "residency"
 """What ``residency_version.application`` says in a schema of ours."""
 
 _TABLES = frozenset(
-    {"residency_version", "sessions", "journal", "content", "checkpoints", "chain_archive", "scope_members"}
+    {
+        "residency_version",
+        "sessions",
+        "journal",
+        "content",
+        "checkpoints",
+        "chain_archive",
+        "scope_members",
+        "search_labels",
+    }
 )
 
 # Each version's statements, applied in order; ``{s}`` is the schema. Text columns are
@@ -65,6 +75,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         'CREATE TABLE {s}.scope_members (scope text COLLATE "C" NOT NULL, '
         'session_id text COLLATE "C" NOT NULL, PRIMARY KEY (scope, session_id))',
         "CREATE INDEX IF NOT EXISTS journal_calls ON {s}.journal (at) WHERE op = 'call'",
+    ),
+    # Search labels, per scope; writers take the scope's advisory lock, as for chain_archive.
+    5: (
+        'CREATE TABLE {s}.search_labels (pos bigserial PRIMARY KEY, scope text COLLATE "C" NOT NULL, '
+        "record text NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS search_labels_scope_pos ON {s}.search_labels (scope, pos)",
     ),
 }
 
@@ -183,6 +199,10 @@ _STATEMENTS = {
     "notify": "SELECT pg_notify(%s, %s)",
     "archived_chains": "SELECT pos, record FROM {s}.chain_archive WHERE scope = %s AND pos > %s ORDER BY pos",
     "join_scope": "INSERT INTO {s}.scope_members (scope, session_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+    "learn_search": "INSERT INTO {s}.search_labels (scope, record) VALUES (%s, %s)",
+    "search_labels": "SELECT pos, record FROM {s}.search_labels WHERE scope = %s AND pos > %s ORDER BY pos",
+    "forget_search_labels": "DELETE FROM {s}.search_labels WHERE scope = %s",
+    "forget_tool_labels": "DELETE FROM {s}.search_labels WHERE scope = %s AND record::json->>'tool' = %s",
     "scope_calls": "SELECT session_id, data::json->>'tool' FROM {s}.journal WHERE op = 'call' "
     "AND session_id IN (SELECT session_id FROM {s}.scope_members WHERE scope = %s) "
     "AND session_id IS DISTINCT FROM %s ORDER BY at DESC, seq DESC LIMIT %s",

@@ -37,6 +37,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ __all__ = [
     "SystemClock",
     "check_archive_record",
     "check_scope",
+    "check_search_label",
     "content_key",
 ]
 
@@ -162,6 +164,17 @@ class Store(Protocol):
     # def scope_calls(self, scope: str, limit: int, *, exclude: str | None = None) -> list[tuple[str, str]]:
     #     """``(session_id, tool)`` of the ``limit`` most recent ``call`` entries of the scope's
     #     sessions (``exclude`` left out), oldest first."""
+    #
+    # And search labels (queries that led to successful calls, see ``residency._search._learned``):
+    #
+    # def learn_searches(self, scope: str, labels: Sequence[Mapping[str, Any]]) -> None:
+    #     """Add labels (``check_search_label`` records) to the scope (durable on return)."""
+    #
+    # def search_labels(self, scope: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+    #     """The scope's labels as ``(position, record)`` with ``position > after``, oldest first."""
+    #
+    # def forget_search_labels(self, scope: str, tool: str | None = None) -> int:
+    #     """Delete the scope's labels (of ``tool`` only, if given); how many were deleted."""
 
 
 class Clock(Protocol):
@@ -224,6 +237,33 @@ def check_archive_record(record: object) -> tuple[str, dict[str, Any]]:
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"a chain record must be JSON data ({exc})", where="record") from None
     return digest, kept
+
+
+MAX_LABEL_QUERY = 500
+"""The longest query a search label keeps (``search_tools`` accepts no longer ones)."""
+
+
+def check_search_label(record: object) -> dict[str, Any]:
+    """A JSON copy of a search label to store; ``InvalidInput`` if malformed.
+
+    A label is ``{"query", "tool", "session", "at"}``: non-empty strings (the query at most
+    ``MAX_LABEL_QUERY`` characters) and a finite time in seconds since the epoch.
+    """
+    if not isinstance(record, Mapping):
+        raise InvalidInput("a search label must be a JSON object", where="label")
+    kept: dict[str, Any] = {}
+    for key in ("query", "tool", "session"):
+        value = record.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise InvalidInput(f"a search label's {key!r} must be a non-empty string", where="label")
+        kept[key] = value
+    if len(kept["query"]) > MAX_LABEL_QUERY:
+        raise InvalidInput(f"a search label's query is over {MAX_LABEL_QUERY} characters", where="label")
+    at = record.get("at")
+    if isinstance(at, bool) or not isinstance(at, int | float) or not math.isfinite(at):
+        raise InvalidInput("a search label's 'at' must be a time in seconds", where="label")
+    kept["at"] = float(at)
+    return kept
 
 
 def entries_from_rows(

@@ -67,6 +67,7 @@ from residency._store._protocol import (
     Store,
     check_archive_record,
     check_scope,
+    check_search_label,
     content_key,
     entries_from_rows,
     verified_content,
@@ -77,6 +78,8 @@ from residency._store._sqlite_file import (
     CHAIN_ARCHIVE_INDEX,
     SCHEMA_VERSION,
     SCOPE_MEMBERS,
+    SEARCH_LABELS,
+    SEARCH_LABELS_INDEX,
     check_header,
     create_file,
     open_schema,
@@ -481,6 +484,64 @@ class SQLiteStore:
                 (scope, exclude, max(limit, 0)),
             ).fetchall()
         return [(str(session_id), str(tool)) for session_id, tool in reversed(rows)]
+
+    def learn_searches(self, scope: str, labels: Sequence[Mapping[str, Any]]) -> None:
+        """Add search labels to an archive scope (durable on return).
+
+        Raises:
+            InvalidInput: a malformed scope name or label; nothing is added.
+        """
+        check_scope(scope)
+        texts = [json.dumps(check_search_label(label), sort_keys=True) for label in labels]
+        if not texts:
+            return
+        with self._connection("learn from searches") as conn:
+            self._create(conn, "search_labels", SEARCH_LABELS, SEARCH_LABELS_INDEX)
+            conn.executemany(
+                "INSERT INTO search_labels (scope, record) VALUES (?, ?)", [(scope, t) for t in texts]
+            )
+
+    def search_labels(self, scope: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+        """The scope's search labels added after position ``after``, oldest first.
+
+        Raises:
+            InvalidInput: a malformed scope name.
+            StoreError: a stored label is not JSON (the file is damaged).
+        """
+        check_scope(scope)
+        with self._connection("read search labels") as conn:
+            if not self._exists(conn, "search_labels"):
+                return []
+            rows = conn.execute(
+                "SELECT pos, record FROM search_labels WHERE scope = ? AND pos > ? ORDER BY pos",
+                (scope, after),
+            ).fetchall()
+        out: list[tuple[int, dict[str, Any]]] = []
+        for pos, text in rows:
+            try:
+                out.append((int(pos), json.loads(text)))
+            except ValueError:
+                raise StoreError(f"{self._path}: search label {pos} in scope {scope!r} is not JSON") from None
+        return out
+
+    def forget_search_labels(self, scope: str, tool: str | None = None) -> int:
+        """Delete the scope's search labels (only ``tool``'s, if given); how many were deleted.
+
+        Raises:
+            InvalidInput: a malformed scope name.
+        """
+        check_scope(scope)
+        with self._connection("forget search labels") as conn:
+            if not self._exists(conn, "search_labels"):
+                return 0
+            if tool is None:
+                cursor = conn.execute("DELETE FROM search_labels WHERE scope = ?", (scope,))
+            else:
+                cursor = conn.execute(
+                    "DELETE FROM search_labels WHERE scope = ? AND json_extract(record, '$.tool') = ?",
+                    (scope, tool),
+                )
+            return int(cursor.rowcount)
 
     def close(self) -> None:
         """Close the file. Further calls raise ``StoreError``; closing twice is fine."""

