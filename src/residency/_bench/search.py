@@ -56,7 +56,7 @@ from residency._search._index import vector_key
 from residency._search._learned import LearnedLabels, SearchLabel
 from residency._search._text import summary_line
 
-SMALL_ARGS = ["--big", "2000", "--baseline-queries", "5"]
+SMALL_ARGS = ["--big", "2000", "--baseline-queries", "5", "--no-public"]
 
 _CUTOFF = 10
 RANKERS: tuple[Ranker, ...] = ("bm25", "semantic", "fusion")
@@ -78,6 +78,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="queries timed with the old search on the large catalog (it takes seconds each)",
     )
     parser.add_argument("--no-semantic", action="store_true", help="leave out the semantic ranker")
+    parser.add_argument(
+        "--no-public",
+        action="store_true",
+        help="leave out the public query set (2,479 tools: minutes to embed on first run)",
+    )
 
 
 # -- the corpus and the labels ---------------------------------------------------------------
@@ -89,6 +94,8 @@ class Query:
 
     text: str
     relevant: tuple[tuple[str, str], ...]
+    classes: tuple[str, ...] = ()
+    """The classes its file marks it with (``general-purpose``, a source's task kinds)."""
 
 
 def load_corpus(corpus: Path) -> dict[str, list[dict[str, Any]]]:
@@ -114,7 +121,8 @@ def load_queries(path: Path) -> list[Query]:
     out = []
     for item in data["queries"]:
         relevant = tuple(tuple(label.split(":", 1)) for label in item["relevant"])
-        out.append(Query(item["query"], relevant))
+        marked = item.get("class", ())
+        out.append(Query(item["query"], relevant, tuple(marked) if isinstance(marked, list) else ()))
     return out
 
 
@@ -225,6 +233,98 @@ def scores(first: Sequence[int | None]) -> dict[str, float]:
         "mrr": sum(1.0 / (f + 1) for f in found) / n,
         "queries": len(first),
     }
+
+
+# -- query classes -----------------------------------------------------------------------------
+
+CLASSES = ("no shared words", "non-English", "multi-step", "general-purpose")
+
+
+def query_classes(query: Query, names: Mapping[tuple[str, str], str]) -> set[str]:
+    """The classes the bench reports separately that ``query`` belongs to: ``no shared words``
+    (no term in common with any labelled tool's listed name), ``non-English`` (a letter outside
+    ASCII), ``multi-step`` (two or more labelled tools needed together, as the public set's
+    multi-tool tasks are marked), ``general-purpose`` (marked so in its file)."""
+    from residency._search import tokenize
+
+    out = set()
+    terms = set(tokenize(query.text))
+    if not any(terms & set(tokenize(names[label])) for label in query.relevant):
+        out.add("no shared words")
+    if any(ch.isalpha() and not ch.isascii() for ch in query.text):
+        out.add("non-English")
+    if any("multi" in c for c in query.classes):
+        out.add("multi-step")
+    if "general-purpose" in query.classes:
+        out.add("general-purpose")
+    return out
+
+
+def class_figures(
+    report: BenchReport,
+    results: Mapping[str, Any],
+    queries: Sequence[Query],
+    names: Mapping[tuple[str, str], str],
+    prefix: str = "",
+) -> dict[str, Any]:
+    """Each ranker's figures over each query class (see :func:`query_classes`)."""
+    classes = [query_classes(q, names) for q in queries]
+    out: dict[str, Any] = {}
+    for name in CLASSES:
+        picked = [i for i, c in enumerate(classes) if name in c]
+        if not picked:
+            continue
+        for ranker, r in results.items():
+            figures = scores([r["first"][i] for i in picked])
+            out.setdefault(name, {})[ranker] = figures
+            tag = f"{prefix}{ranker}, {name} ({len(picked)} queries)"
+            report.add(f"{tag} MRR", figures["mrr"], "")
+            report.add(f"{tag} R@5", figures["r5"], "")
+    return out
+
+
+def public_figures(report: BenchReport, rankers: Sequence[Ranker], semantic: bool) -> dict[str, Any]:
+    """The public set (``residency._bench._public``): quality per ranker, all and held-out half,
+    per class, and learning from use; targets on fusion MRR >= 0.75 and R@5 >= 0.88."""
+    from residency._bench._public import load_public_set
+
+    public = load_public_set()
+    queries = load_queries(public.queries)
+    catalog = corpus_catalog(public.servers)
+    names = label_names(catalog)
+    entries = [IndexedTool(e.name, e.hash, e.definition, e.server) for e in catalog.entries()]
+    index = ToolIndex(entries, embedder=default_embedder() if semantic else None)
+    data: dict[str, Any] = {"source": public.source, "tools": len(catalog), "queries": len(queries)}
+    if semantic:
+        started = time.perf_counter()
+        index.embed()
+        data["embed_seconds"] = time.perf_counter() - started
+    results: dict[str, Any] = {r: quality(partial(_ranked, index, ranker=r), queries, names) for r in rankers}
+    held = [half(q.text) == "held-out" for q in queries]
+    for name, r in results.items():
+        target = name == "fusion"
+        report.add(
+            f"public {name} MRR",
+            r["mrr"],
+            "",
+            ">= 0.75" if target else "",
+            r["mrr"] >= 0.75 if target else None,
+        )
+        report.add(
+            f"public {name} R@5",
+            r["r5"],
+            "",
+            ">= 0.88" if target else "",
+            r["r5"] >= 0.88 if target else None,
+        )
+        r["held_out"] = scores([f for f, h in zip(r["first"], held, strict=True) if h])
+        report.add(f"public {name} MRR, held-out half", r["held_out"]["mrr"], "")
+        report.add(f"public {name} R@5, held-out half", r["held_out"]["r5"], "")
+        r.pop("misses")
+    data["quality"] = results
+    data["classes"] = class_figures(report, results, queries, names, "public ")
+    data["learned"] = learned_figures(report, index, queries, names, rankers, prefix="public ")
+    return data
 
 
 # -- learning from use -------------------------------------------------------------------------
@@ -472,7 +572,10 @@ def _run(args: argparse.Namespace) -> BenchReport:
         ok = best["mrr"] >= 0.80 and best["r5"] >= 0.92
         report.add("semantic ranker meets MRR >= 0.80 and R@5 >= 0.92", float(ok), "", "1", ok)
     data["quality"] = results
+    data["classes"] = class_figures(report, results, queries, names)
     data["learned"] = learned_figures(report, index, queries, names, rankers)
+    if not args.no_public:
+        data["public"] = public_figures(report, rankers, semantic)
 
     # Latency of the search_tools meta-tool on sessions whose tools are all withheld, the
     # default ranking of this install (fusion with the model, BM25 without), query vectors not

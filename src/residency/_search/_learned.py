@@ -55,11 +55,11 @@ PER_SESSION = 1.0
 """What one session's labels may add to one tool's score, at most."""
 SATURATION = 2.0
 """Sessions' worth of labels at which a tool's score reaches 1."""
-WEIGHT = 0.5
+WEIGHT = 1.0
 """The learned score's weight in the fused ranking."""
 COSINE_FLOOR = 0.6
 """Embedding similarity at or below this counts as none (unrelated queries score 0.1-0.4)."""
-JACCARD_FLOOR = 0.0
+JACCARD_FLOOR = 0.2
 """Terms in common at or below this share count as none."""
 
 _DAY = 86_400.0
