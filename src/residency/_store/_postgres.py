@@ -84,6 +84,7 @@ from residency._store._protocol import (
     check_search_label,
     content_key,
     entries_from_rows,
+    positioned_records,
     verified_content,
 )
 
@@ -505,15 +506,7 @@ class PostgresStore:
             "read archived chains",
             lambda conn: conn.execute(self._sql["archived_chains"], (scope, after)).fetchall(),
         )
-        out: list[tuple[int, dict[str, Any]]] = []
-        for pos, text in rows:
-            try:
-                out.append((int(pos), json.loads(text)))
-            except ValueError:
-                raise StoreError(
-                    f"{self._url}: archived chain {pos} in scope {scope!r} is not JSON"
-                ) from None
-        return out
+        return positioned_records(rows, self._url, "archived chain", scope)
 
     def join_scope(self, scope: str, session_id: str) -> None:
         """Note the session as one of the scope's (idempotent; durable on return).
@@ -575,13 +568,7 @@ class PostgresStore:
             "read search labels",
             lambda conn: conn.execute(self._sql["search_labels"], (scope, after)).fetchall(),
         )
-        out: list[tuple[int, dict[str, Any]]] = []
-        for pos, text in rows:
-            try:
-                out.append((int(pos), json.loads(text)))
-            except ValueError:
-                raise StoreError(f"{self._url}: search label {pos} in scope {scope!r} is not JSON") from None
-        return out
+        return positioned_records(rows, self._url, "search label", scope)
 
     def forget_search_labels(self, scope: str, tool: str | None = None) -> int:
         """Delete the scope's search labels (only ``tool``'s, if given); how many were deleted.

@@ -55,6 +55,7 @@ __all__ = [
     "check_scope",
     "check_search_label",
     "content_key",
+    "positioned_records",
 ]
 
 DEFAULT_SCOPE = "default"
@@ -264,6 +265,25 @@ def check_search_label(record: object) -> dict[str, Any]:
         raise InvalidInput("a search label's 'at' must be a time in seconds", where="label")
     kept["at"] = float(at)
     return kept
+
+
+def positioned_records(
+    rows: Iterable[tuple[int, str]], where: str, what: str, scope: str
+) -> list[tuple[int, dict[str, Any]]]:
+    """``(position, record)`` of a scope's stored JSON rows (chain records, search labels).
+
+    Raises:
+        StoreError: a row is not JSON (``where`` names the store, ``what`` the kind of row).
+    """
+    from residency._errors import StoreError
+
+    out: list[tuple[int, dict[str, Any]]] = []
+    for pos, text in rows:
+        try:
+            out.append((int(pos), json.loads(text)))
+        except ValueError:
+            raise StoreError(f"{where}: {what} {pos} in scope {scope!r} is not JSON") from None
+    return out
 
 
 def entries_from_rows(

@@ -70,6 +70,7 @@ from residency._store._protocol import (
     check_search_label,
     content_key,
     entries_from_rows,
+    positioned_records,
     verified_content,
 )
 from residency._store._sqlite_file import (
@@ -440,15 +441,7 @@ class SQLiteStore:
                 "SELECT pos, record FROM chain_archive WHERE scope = ? AND pos > ? ORDER BY pos",
                 (scope, after),
             ).fetchall()
-        out: list[tuple[int, dict[str, Any]]] = []
-        for pos, text in rows:
-            try:
-                data = json.loads(text)
-            except ValueError:
-                what = f"archived chain {pos} in scope {scope!r}"
-                raise StoreError(f"{self._path}: {what} is not JSON") from None
-            out.append((int(pos), data))
-        return out
+        return positioned_records(rows, str(self._path), "archived chain", scope)
 
     def join_scope(self, scope: str, session_id: str) -> None:
         """Note the session as one of the scope's (idempotent; durable on return).
@@ -516,13 +509,7 @@ class SQLiteStore:
                 "SELECT pos, record FROM search_labels WHERE scope = ? AND pos > ? ORDER BY pos",
                 (scope, after),
             ).fetchall()
-        out: list[tuple[int, dict[str, Any]]] = []
-        for pos, text in rows:
-            try:
-                out.append((int(pos), json.loads(text)))
-            except ValueError:
-                raise StoreError(f"{self._path}: search label {pos} in scope {scope!r} is not JSON") from None
-        return out
+        return positioned_records(rows, str(self._path), "search label", scope)
 
     def forget_search_labels(self, scope: str, tool: str | None = None) -> int:
         """Delete the scope's search labels (only ``tool``'s, if given); how many were deleted.
