@@ -310,9 +310,10 @@ async def _try_upstreams(config: GatewayConfig, text: str) -> tuple[list[Finding
     settings = config.residency
     # Wait until every upstream has started or failed (serve would start serving after
     # ready_wait; a start fails after startup_timeout, so wait a little longer than that), and
-    # keep sessions in memory: a check must not create the configured store.
+    # keep sessions in memory: a check must not create the configured store. It searches
+    # nothing, so it does not wait for search vectors.
     patient = settings.model_copy(
-        update={"ready_wait": max(settings.ready_wait, settings.startup_timeout + 10)}
+        update={"ready_wait": max(settings.ready_wait, settings.startup_timeout + 10), "search_wait": 0}
     )
     gateway = Gateway(config.model_copy(update={"residency": patient}), store=MemoryStore())
     secrets = config.secrets()
