@@ -63,12 +63,17 @@ def drop_schema(url: str, schema: str) -> None:
 
 
 def terminate(url: str, application_name: str) -> int:
-    """``pg_terminate_backend`` every connection named ``application_name``; how many there were."""
+    """``pg_terminate_backend`` every connection named ``application_name``; how many there were.
+
+    Returns once each of those server processes has exited (or 30 s have passed): a termination
+    is a signal, and a connection used while its process is still dying can fail mid-request
+    instead of at its start, which is another test.
+    """
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity "
             "WHERE application_name = %s AND pid <> pg_backend_pid()",
             (application_name,),
         ).fetchall()
