@@ -3,9 +3,7 @@ vectors before serving, where the vectors are kept, and what the startup summary
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -14,7 +12,6 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-import numpy as np
 import pytest
 
 from residency._gateway import Gateway, IncidentDesk
@@ -32,39 +29,32 @@ from residency._store._memory import MemoryStore
 from residency._store._sqlite import SQLiteStore
 from tests._timing import START, STEP, TEST
 from tests.gateway.conftest import agent, running
+from tests.test_search import BagOfWords
 
 QUERY = {"query": "wake up whoever is on call for the api"}
 
 
-class Counting:
-    """A fake embedder: hashed word counts (deterministic, offline) that counts what it embeds.
+class Counting(BagOfWords):
+    """The bag-of-words fake embedder, named for these tests.
 
     ``gate``: each embedding waits for it first (bounded, so a failed test cannot hang the run);
     ``broken``: each embedding fails.
     """
 
+    name = "counting-words"
     dimension = 32
 
     def __init__(self, gate: threading.Event | None = None, *, broken: bool = False) -> None:
-        self.name = "counting-words"
+        super().__init__()
         self.gate = gate
         self.broken = broken
-        self.embedded: list[str] = []
-        self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> Any:
         if self.gate is not None and not self.gate.wait(TEST):
             raise RuntimeError("the test never opened the gate")
         if self.broken:
             raise RuntimeError("the model broke")
-        with self._lock:
-            self.embedded.extend(texts)
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for row, text in enumerate(texts):
-            for word in re.findall(r"[a-z]+", text.lower()):
-                out[row, int(hashlib.sha256(word.encode()).hexdigest(), 16) % self.dimension] += 1.0
-            out[row] /= max(float(np.linalg.norm(out[row])), 1e-9)
-        return out
+        return super().embed(texts)
 
 
 @pytest.fixture(autouse=True)

@@ -114,12 +114,6 @@ def scope_labels(store: Store, scope: str, *, now: float, fresh: bool = False) -
         return held.learned
 
 
-def forget_scope_cache(store: Store, scope: str) -> None:
-    """Drop this process's copy of the scope's labels (read whole at the next use)."""
-    with _scopes_lock:
-        _scopes.get(store, {}).pop(scope, None)
-
-
 class LearningPart:
     """A session's recent searches, and the labels its successful calls make of them.
 

@@ -9,8 +9,9 @@ How a query is scored against them (:meth:`LearnedLabels.scores`): each label ad
 ``weight x similarity`` to its tool, where
 
 - ``similarity`` is how close the query is to the label's query: the larger of the share of
-  their terms in common (Jaccard, over ``query_terms``) and, where the index has a semantic
-  model, the cosine of their embeddings above ``COSINE_FLOOR``, scaled to [0, 1]; so a label
+  their terms in common (Jaccard, over ``query_terms``) above ``JACCARD_FLOOR`` and, where the
+  index has a semantic model, the cosine of their embeddings above ``COSINE_FLOOR``, each
+  scaled to [0, 1]; so a label
   helps queries that say the same need in other words, and not unrelated ones;
 - ``weight`` halves every ``HALF_LIFE_DAYS``: old habits fade;
 
