@@ -9,8 +9,9 @@
                   the configured revocation hook (``--config``) for each, journaling each outcome
 
 Each change goes through the session's own operation, so it is journaled like any other (and
-shown by ``residency inspect``). A refused change (unknown session, unknown tool, a tool that
-is not archived) writes nothing and exits 2.
+shown by ``residency inspect``). ``--session`` takes an id as ``inspect`` lists it or the key a
+gateway served the session under, as ``inspect`` and ``view`` do. A refused change (unknown
+session, unknown tool, a tool that is not archived) writes nothing and exits 2.
 """
 
 from __future__ import annotations
@@ -68,16 +69,20 @@ def configure(p: argparse.ArgumentParser) -> None:
 
     readmit = actions.add_parser("readmit", help="bring an archived tool back into a session's index")
     readmit.add_argument("tool", metavar="TOOL")
-    readmit.add_argument("--session", required=True, metavar="ID", help="the session to change")
+    readmit.add_argument(
+        "--session", required=True, metavar="ID", help="the session to change (its id or key)"
+    )
     readmit.set_defaults(run=_readmit)
 
     shared = actions.add_parser("mark-shared", help="mark tools shared: archiving never retires them")
     shared.add_argument("tools", metavar="TOOL", nargs="+")
-    shared.add_argument("--session", required=True, metavar="ID", help="the session to change")
+    shared.add_argument(
+        "--session", required=True, metavar="ID", help="the session to change (its id or key)"
+    )
     shared.set_defaults(run=_mark_shared)
 
     revoke = actions.add_parser("revoke", help="credential references of archived chains not yet revoked")
-    revoke.add_argument("--session", required=True, metavar="ID", help="the session")
+    revoke.add_argument("--session", required=True, metavar="ID", help="the session (its id or key)")
     revoke.add_argument("--retry", action="store_true", help="run the revocation hook for each of them")
     revoke.add_argument("--config", metavar="PATH", help="gateway config with residency.revoke_command")
     revoke.set_defaults(run=_revoke)
@@ -179,6 +184,7 @@ def _learned_reset(args: argparse.Namespace) -> int:
 
 
 def _session_change(args: argparse.Namespace, change: Any, **options: Any) -> int:
+    from residency._cli._session_names import find_session
     from residency._runtime import Session
     from residency._store import redact_url
 
@@ -187,9 +193,8 @@ def _session_change(args: argparse.Namespace, change: Any, **options: Any) -> in
     except ResidencyError as exc:
         return _fail(exc)
     try:
-        if args.session not in store.sessions():
-            return _fail(f"no session {args.session!r} in {redact_url(args.store)}")
-        session = Session(store, session_id=args.session, resume=True, **options)
+        found = find_session(store.sessions(), args.session, where=redact_url(args.store))
+        session = Session(store, session_id=found, resume=True, **options)
         text, code = change(session)
         _say(text)
         return int(code)

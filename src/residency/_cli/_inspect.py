@@ -1,8 +1,9 @@
 """``residency inspect``: what a store holds, read-only.
 
-With no ``--session`` it lists the sessions in the store; with one, it shows that session's
-tools and their states, its tombstones, spans, archived chains and latest events, as tables or
-(``--json``) as the session's snapshot.
+With no ``--session`` it lists the sessions in the store; with one (an id as listed, or the
+key a gateway served it under: ``_session_names``), it shows that session's tools and their
+states, its tombstones, spans, archived chains and latest events, as tables or (``--json``) as
+the session's snapshot.
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "store", metavar="STORE", help="sqlite:///path.db (or a path to a .db file), or postgresql://..."
     )
-    p.add_argument("--session", metavar="ID", help="the session to show (default: list sessions)")
+    p.add_argument(
+        "--session",
+        metavar="ID",
+        help="the session to show: an id as listed, or the key it was served under (default: list sessions)",
+    )
     p.add_argument("--events", type=int, default=20, metavar="N", help="latest events to show (default 20)")
     p.add_argument("--json", action="store_true", help="print the session snapshot as JSON")
     p.set_defaults(run=run)
@@ -52,6 +57,7 @@ def _open(location: str) -> Store:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from residency._cli._session_names import find_session, session_key_of
     from residency._runtime import Session
     from residency._store import redact_url
 
@@ -68,15 +74,13 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps({"sessions": sessions}))
             else:
                 for sid in sessions:
-                    console.print(_text(sid))
+                    key = session_key_of(sid)
+                    console.print(_text(sid if key is None else f"{sid}  (key {key})"))
                 if not sessions:
                     console.print("(no sessions)")
             return 0
-        if args.session not in sessions:
-            shown = redact_url(args.store)
-            print(printable(f"residency inspect: no session {args.session!r} in {shown}"), file=sys.stderr)
-            return 2
-        session = Session(store, session_id=args.session)
+        found = find_session(sessions, args.session, where=redact_url(args.store))
+        session = Session(store, session_id=found)
         if args.json:
             print(json.dumps(session.snapshot(), indent=2, sort_keys=True, default=str))
         else:

@@ -7,8 +7,8 @@ their tokens (the same in every session), the total, and the tombstone lines (wh
 got in call results and ``residency://tombstones``, not in the list). Nothing in the store is
 changed.
 
-Gateway sessions are journaled as ``gateway/<key>``: either form of the id is accepted (the
-id as given first, then ``gateway/<id>``). How tools are shown depends on the gateway's
+Gateway sessions are journaled as ``gateway/<key>``: the store id or the key is accepted, as
+by ``inspect`` and ``admin`` (``_session_names``). How tools are shown depends on the gateway's
 ``minify`` level, delivery and pins, which the journal does not record: pass the ``--config``
 the gateway was served with (no ``--config``: the demo's policy, as for ``residency serve``) or
 ``--minify``. An ``auto`` session is shown as by list with ``call_tool`` (whether it switched to
@@ -33,7 +33,6 @@ from residency._text import printable
 
 if TYPE_CHECKING:
     from residency._runtime import Session
-    from residency._store._protocol import Store
 
 _LEVELS = (*MINIFY_LEVELS, *MINIFY_ALIASES)
 
@@ -49,7 +48,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--store", required=True, metavar="URL", help="sqlite:///path.db (or a path to a .db file)"
     )
     p.add_argument(
-        "--session", required=True, metavar="ID", help="the session key (or its store id, gateway/KEY)"
+        "--session",
+        required=True,
+        metavar="ID",
+        help="the session key it was served under, or its store id as 'residency inspect' lists it",
     )
     p.add_argument(
         "--config",
@@ -91,17 +93,6 @@ def _served_with(args: argparse.Namespace) -> ServedWith:
     return ServedWith(level, r.spans.recorded, r.delivery, tuple(r.pinned))
 
 
-def _find(store: Store, given: str) -> str | None:
-    """The store id of a session: ``given`` itself, else ``gateway/<given>``; None if neither."""
-    from residency._gateway._sessions import store_id
-
-    known = set(store.sessions())
-    for candidate in (given, store_id(given)):
-        if candidate in known:
-            return candidate
-    return None
-
-
 def view(
     session: Session, *, offload: bool = False, delivery: str = "list", pinned: Collection[str] = ()
 ) -> dict[str, Any]:
@@ -139,9 +130,9 @@ def view(
 
 def run(args: argparse.Namespace) -> int:
     from residency._cli._inspect import _open
+    from residency._cli._session_names import find_session
     from residency._gateway._meta_tools import REEXPAND_TOOLS
     from residency._gateway._server import _minifier
-    from residency._gateway._sessions import store_id
     from residency._runtime import Session
     from residency._store import redact_url
 
@@ -152,18 +143,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"residency view: {printable(str(exc))}", file=sys.stderr)
         return 2
     try:
-        found = _find(store, args.session)
-        if found is None:
-            known = store.sessions()
-            listing = ", ".join(known) if known else "(none)"
-            print(
-                printable(
-                    f"residency view: no session {args.session!r} (nor {store_id(args.session)!r}) in "
-                    f"{redact_url(args.store)}; known sessions: {listing}"
-                ),
-                file=sys.stderr,
-            )
-            return 2
+        found = find_session(store.sessions(), args.session, where=redact_url(args.store))
         session = Session(
             store,
             session_id=found,
