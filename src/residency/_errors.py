@@ -34,6 +34,9 @@ tried. That event changes no tool, argument or span state, and no ``revision``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 __all__ = [
     "ArgumentsInvalid",
     "CallRefused",
@@ -221,8 +224,49 @@ class SchemaError(InvalidInput):
     """Raised when a tool's input schema cannot be processed (e.g. an unresolvable ``$ref``)."""
 
 
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong in a configuration file: its key path, its line and what is expected.
+
+    ``suggestion`` is the key or value it was likely meant to be (a near-miss), also named in
+    ``message``.
+    """
+
+    source: str
+    key: str
+    message: str
+    line: int | None = None
+    suggestion: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.located()}"
+
+    def located(self) -> str:
+        """The problem without its file: ``line N, key 'K': message``."""
+        where = f"line {self.line}, " if self.line else ""
+        return f"{where}key '{self.key}': {self.message}"
+
+
 class ConfigError(InvalidInput):
-    """Raised for a malformed configuration file; the message names the file and key."""
+    """Raised for a malformed configuration file; the message names the file and key.
+
+    ``problems`` holds every problem found in the file, in file order (empty when the file
+    could not be read or parsed at all: the message says why); ``where`` is the first one's
+    key. With several, the message counts them and gives one line each.
+    """
+
+    def __init__(self, message: str, *, where: str = "", problems: Sequence[ConfigProblem] = ()) -> None:
+        super().__init__(message, where=where)
+        self.problems = tuple(problems)
+
+    @classmethod
+    def of(cls, problems: Sequence[ConfigProblem]) -> ConfigError:
+        """The error for ``problems`` (at least one), all from one file."""
+        first = problems[0]
+        if len(problems) == 1:
+            return cls(str(first), where=first.key, problems=problems)
+        lines = "".join(f"\n  {p.located()}" for p in problems)
+        return cls(f"{first.source}: {len(problems)} problems:{lines}", where=first.key, problems=problems)
 
 
 class UnknownPhase(InvalidInput):

@@ -112,7 +112,11 @@ def test_a_vs_code_servers_file_gets_a_hint_at_its_servers_line() -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config(text, source="mcp.json")
     assert raised.value.where == "servers"
-    assert str(raised.value) == f"mcp.json: line 2, key 'servers': {VSCODE_HINT}"
+    # Both VS Code keys are named in one run, each at its line.
+    assert [str(p) for p in raised.value.problems] == [
+        f"mcp.json: line 2, key 'servers': {VSCODE_HINT}",
+        f"mcp.json: line 3, key 'inputs': {INPUTS_HINT}",
+    ]
 
 
 def test_vs_code_inputs_next_to_mcp_servers_get_a_hint() -> None:

@@ -286,10 +286,10 @@ def test_a_missing_program_is_a_failed_revocation(tmp_path: Path, caplog: pytest
 @pytest.mark.parametrize(
     ("command", "expected"),
     [
-        ("revoke {ref}", "valid tuple"),
+        ("revoke {ref}", "expected a list"),
         (["", "{ref}"], "the program first"),
         (["{ref}"], "cannot be {ref}"),
-        (["revoke", 7], "valid string"),
+        (["revoke", 7], "expected a string"),
         (["revoke", "a\u0000b"], "NUL"),
     ],
 )

@@ -51,7 +51,10 @@ checks:
             with delivery by reference
   upstreams each enabled upstream is started and listed (skipped with --no-connect)
 
-output: findings on stderr, one summary line on stdout when the file is usable.
+output: findings on stderr, each with its line and key (and the key or value a near-miss
+  was likely meant to be); every error of the file is reported in one run. The last line
+  is a summary: on stdout when the file is usable ("FILE: OK: ..."), else on stderr
+  ("FILE: N errors, M warnings").
 
 exit codes:
   0  valid (warnings allowed)
@@ -114,25 +117,29 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.file)
     except ConfigError as exc:
-        _say(f"error: {exc}")
+        # Every problem of the file, each at its line and key (one when it is not JSON at all).
+        problems = [str(p) for p in exc.problems] or [str(exc)]
+        for problem in problems:
+            _say(f"error: {problem}")
+        _say(_tally(args.file, len(problems), 0))
         return EXIT_BAD_INPUT
     # load_config has read it once already; the text only places findings on lines.
     text = Path(args.file).read_text(encoding="utf-8")
     findings = review(config, text)
     if any(f.severity == "error" for f in findings):
-        for finding in findings:
-            _say(finding.render(config.source))
+        _report(findings, config.source)
         return EXIT_BAD_INPUT
     servers: list[str] = []
     started = True
     if not args.no_connect:
         found, servers, started = anyio.run(_try_upstreams, config, text)
         findings += found
-    for finding in findings:
-        _say(finding.render(config.source))
     if not started:
         # The file is fine; an upstream is not (its errors say why): 1, not 2.
+        _report(findings, config.source)
         return EXIT_PROBLEMS
+    for finding in findings:
+        _say(finding.render(config.source))
     warnings = sum(f.severity == "warning" for f in findings)
     enabled = len(config.enabled_servers)
     disabled = len(config.servers) - enabled
@@ -141,6 +148,18 @@ def run_check(args: argparse.Namespace) -> int:
     parts.append(f"{warnings} warning{'s' * (warnings != 1)}")
     print(printable(f"{config.source}: OK: " + "; ".join(parts)))
     return EXIT_OK
+
+
+def _tally(source: str, errors: int, warnings: int) -> str:
+    return f"{source}: {errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
+
+
+def _report(findings: list[Finding], source: str) -> None:
+    """The findings of a check that failed, then its summary line (on stderr: the file is not usable)."""
+    for finding in findings:
+        _say(finding.render(source))
+    errors = sum(f.severity == "error" for f in findings)
+    _say(_tally(source, errors, len(findings) - errors))
 
 
 def review(config: GatewayConfig, text: str) -> list[Finding]:

@@ -4,7 +4,8 @@ The ``mcpServers`` part is the file Claude Desktop, Cursor and VS Code read: std
 ``command``/``args``/``env``, HTTP entries have ``url``/``headers``. Keys other clients add
 (``autoApprove``, ``alwaysAllow``, ...) are accepted and ignored there. The ``residency`` section
 is ours and strict: an unknown or mistyped key is an error that names the file, the key, the line
-and what is expected.
+and what is expected (with the key it was likely meant to be). Every problem of a file is
+reported at once, in one ``ConfigError``.
 
 Values in ``env`` and ``headers`` are secrets: they are held as ``SecretStr`` (so no ``repr`` or
 log line shows them) and ``Secrets.redact`` scrubs them from any text the gateway sends out.
@@ -20,14 +21,13 @@ import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
-    ValidationError,
     ValidationInfo,
     field_validator,
 )
@@ -36,6 +36,7 @@ from residency._core._minify import MINIFY_ALIASES, MINIFY_LEVELS
 from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
 from residency._gateway._aggregate import check_server_names
+from residency._gateway._config_problems import Problems, line_of, validate
 from residency._gateway._http_limits import HTTPSettings
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
 
@@ -433,7 +434,14 @@ def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
 def parse_config(
     text: str, *, source: str = "<config>", environ: Mapping[str, str] | None = None
 ) -> GatewayConfig:
-    """Validate configuration text (see ``load_config``)."""
+    """Validate configuration text (see ``load_config``).
+
+    Every problem of the file is found in one pass: the ``ConfigError`` lists them all
+    (``problems``), each with its key, line and, for a near-miss key or value, a suggestion.
+
+    Raises:
+        ConfigError: the text is not a JSON object, or has wrong keys or values.
+    """
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -443,84 +451,41 @@ def parse_config(
         ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object with 'mcpServers'", where="$")
+    found = Problems(source, text)
     # VS Code's mcp.json is {"servers": {...}, "inputs": [...]}: the usual copy-paste mistake.
+    hinted = []
     if "servers" in data and "mcpServers" not in data:
-        raise _config_error(source, text, ("servers",), VSCODE_HINT, None)
+        found.add(("servers",), VSCODE_HINT)
+        hinted.append("servers")
     if "inputs" in data:
-        raise _config_error(source, text, ("inputs",), INPUTS_HINT, None)
+        found.add(("inputs",), INPUTS_HINT)
+        hinted.append("inputs")
     env = os.environ if environ is None else environ
-    data = _expand(data, env, source, text)
+    data = _expand({k: v for k, v in data.items() if k not in hinted}, env, found)
     servers = data.get("mcpServers", {})
     if not isinstance(servers, dict):
-        raise _config_error(source, text, ("mcpServers",), "expected an object of server entries", None)
+        found.add(("mcpServers",), "expected an object of server entries")
+        servers = {}
     picked: dict[str, StdioServer | HTTPServer] = {}
     for name, entry in servers.items():
         loc = ("mcpServers", name)
         if not isinstance(entry, dict) or ("url" not in entry and "command" not in entry):
-            raise _config_error(
-                source, text, loc, "expected an object with 'command' (stdio) or 'url' (HTTP)", None
-            )
-        if "url" in entry:
-            picked[name] = _validate(HTTPServer, entry, source, text, loc)
-        else:
-            picked[name] = _validate(StdioServer, entry, source, text, loc)
-    return _validate(GatewayConfig, {**data, "mcpServers": picked, "source": source}, source, text, ())
-
-
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def _validate(model: type[_M], data: Any, source: str, text: str, prefix: tuple[str, ...]) -> _M:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = prefix + tuple(str(p) for p in first["loc"])
-        # Values of env/headers are secrets: name the key, never echo the value.
-        raise _config_error(source, text, loc, _expected(first), first.get("type")) from None
-
-
-def _expected(error: Any) -> str:
-    kind = error.get("type", "")
-    if kind == "extra_forbidden":
-        return "unknown key"
-    if kind == "missing":
-        return "required key is missing"
-    msg = str(error.get("msg", "invalid value"))
-    return msg.removeprefix("Value error, ")
-
-
-def _config_error(source: str, text: str, loc: tuple[str, ...], expected: str, kind: object) -> ConfigError:
-    key = ".".join(loc) if loc else "$"
-    line = line_of(text, loc)
-    where = f"line {line}, " if line else ""
-    return ConfigError(f"{source}: {where}key '{key}': {expected}", where=key)
-
-
-def line_of(text: str, loc: tuple[str, ...]) -> int | None:
-    """Best effort: the line where the last key of ``loc`` appears, searched after its parents.
-
-    Args:
-        text: the configuration text.
-        loc: the path of keys (or string values, such as a name in ``pinned``) to look for.
-
-    Returns:
-        The 1-based line number, or None when not even the first key is found.
-    """
-    pos = 0
-    found: int | None = None
-    for part in loc:
-        if part.isdigit():
+            found.add(loc, "expected an object with 'command' (stdio) or 'url' (HTTP)")
             continue
-        at = text.find(json.dumps(part), pos)
-        if at < 0:
-            break
-        pos = at
-        found = at
-    return None if found is None else text.count("\n", 0, found) + 1
+        server: StdioServer | HTTPServer | None
+        if "url" in entry:
+            server = validate(HTTPServer, entry, found, loc)
+        else:
+            server = validate(StdioServer, entry, found, loc)
+        if server is not None:
+            picked[name] = server
+    config = validate(GatewayConfig, {**data, "mcpServers": picked, "source": source}, found, ())
+    if found or config is None:
+        raise found.error()
+    return config
 
 
-def _expand(data: dict[str, Any], env: Mapping[str, str], source: str, text: str) -> dict[str, Any]:
+def _expand(data: dict[str, Any], env: Mapping[str, str], found: Problems) -> dict[str, Any]:
     servers = data.get("mcpServers")
     if not isinstance(servers, dict):
         return data
@@ -532,23 +497,23 @@ def _expand(data: dict[str, Any], env: Mapping[str, str], source: str, text: str
                 values = entry.get(field)
                 if isinstance(values, dict):
                     entry[field] = {
-                        k: _expand_value(v, env, source, text, ("mcpServers", name, field, k))
+                        k: _expand_value(v, env, found, ("mcpServers", name, field, k))
                         for k, v in values.items()
                     }
         out[name] = entry
     return {**data, "mcpServers": out}
 
 
-def _expand_value(value: Any, env: Mapping[str, str], source: str, text: str, loc: tuple[str, ...]) -> Any:
+def _expand_value(value: Any, env: Mapping[str, str], found: Problems, loc: tuple[str, ...]) -> Any:
+    """``value`` with ``${NAME}`` replaced; a reference that cannot be is added to ``found``."""
     if not isinstance(value, str):
         return value
     if _INPUT_REF.search(value):
-        raise _config_error(source, text, loc, "VS Code ${input:...} is not read here: write ${NAME}", None)
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in env:
-            raise _config_error(source, text, loc, f"environment variable {name} is not set", None)
-        return env[name]
-
-    return _ENV_REF.sub(sub, value)
+        found.add(loc, "VS Code ${input:...} is not read here: write ${NAME}")
+        return value
+    missing = sorted({m.group(1) for m in _ENV_REF.finditer(value) if m.group(1) not in env})
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        found.add(loc, f"environment variable{'s' * (len(missing) > 1)} {', '.join(missing)} {verb} not set")
+        return value
+    return _ENV_REF.sub(lambda match: env[match.group(1)], value)
