@@ -6,8 +6,8 @@ Run from the repository root, with the project's venv active (Linux: it reads /p
     python benchmarks/http_flood.py --json benchmarks/results/http_flood.json
 
 Each scenario starts its own ``residency serve --transport http`` (loopback, no token: the
-defaults, ``residency.http`` untouched) in front of a stdio upstream (``python -m
-residency._bench.gateway --serve-upstream stdio``, an ``echo`` tool) and, while a client on
+defaults, ``residency.http`` untouched) in front of a stdio upstream (``python
+benchmarks/bench/gateway.py --serve-upstream stdio``, an ``echo`` tool) and, while a client on
 127.0.0.1 calls ``echo`` back to back, attacks it from other source addresses (Linux loopback
 answers all of 127/8):
 
@@ -110,7 +110,12 @@ class Gateway:
 
 @contextlib.contextmanager
 def gateway(tmp: Path, fd_limit: int | None = None) -> Iterator[Gateway]:
-    upstream = [sys.executable, "-m", "residency._bench.gateway", "--serve-upstream", "stdio"]
+    upstream = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "bench" / "gateway.py"),
+        "--serve-upstream",
+        "stdio",
+    ]
     config = tmp / "gateway.json"
     config.write_text(
         json.dumps(

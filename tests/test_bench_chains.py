@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from residency._bench import chains as bench
-from residency._cli import main as cli_main
-from residency._cli._bench import BENCHES
+from benchmarks.bench import chains as bench
+from benchmarks.run import BENCHES
+from benchmarks.run import main as run_main
 from residency._core._chains import ChainArchive
 
 
@@ -80,9 +80,9 @@ def test_no_scope_part_when_asked_for_none() -> None:
 def test_the_chains_bench_runs_from_the_cli_and_writes_json(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert BENCHES["chains"].module == "residency._bench.chains"
+    assert BENCHES["chains"].module == "benchmarks.bench.chains"
     out = tmp_path / "chains.json"
-    assert cli_main(["bench", "chains", *TINY, "--json", str(out)]) in (0, 1)  # 1: a target missed
+    assert run_main(["chains", *TINY, "--json", str(out)]) in (0, 1)  # 1: a target missed
     (written,) = json.loads(out.read_text())
     assert written["name"] == "chains" and written["data"]["scope"]["chains"] == 80
     assert "chains" in capsys.readouterr().out

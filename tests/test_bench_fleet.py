@@ -1,4 +1,4 @@
-"""``residency bench fleet`` with tiny counts: every figure is measured, and nothing is left behind."""
+"""``python -m benchmarks fleet`` with tiny counts: every figure is measured, and nothing is left behind."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 import psycopg
 import pytest
 
-from residency._bench import fleet
-from residency._cli import main
+from benchmarks.bench import fleet
+from benchmarks.run import main
 from tests.postgres import pg_url
 
 
@@ -49,4 +49,4 @@ def test_the_fleet_bench_says_why_it_measured_nothing_without_postgresql() -> No
 
 
 def test_the_fleet_bench_is_a_bench_command() -> None:
-    assert main(["bench", "fleet", "--pg-url", ""]) == 0
+    assert main(["fleet", "--pg-url", ""]) == 0

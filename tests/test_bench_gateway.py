@@ -14,9 +14,9 @@ import httpx2
 import pytest
 from mcp import Client
 
-from residency._bench import gateway as bench
-from residency._cli import main as cli_main
-from residency._cli._bench import BENCHES
+from benchmarks.bench import gateway as bench
+from benchmarks.run import BENCHES
+from benchmarks.run import main as run_main
 from residency._gateway import RESPONSES_ENV
 from residency._gateway._meta_tools import listed_meta_tools
 from tests._timing import START, TEST
@@ -62,10 +62,8 @@ def test_a_small_in_process_run_reports_every_ratio_with_its_target() -> None:
 
 
 def test_the_gateway_bench_is_registered_and_runs_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    assert BENCHES["gateway"].module == "residency._bench.gateway"
-    code = cli_main(
-        ["bench", "gateway", "--calls", "4", "--list-tools", "10", "--list-repeat", "1", "--wire", "none"]
-    )
+    assert BENCHES["gateway"].module == "benchmarks.bench.gateway"
+    code = run_main(["gateway", "--calls", "4", "--list-tools", "10", "--list-repeat", "1", "--wire", "none"])
     assert code in (0, 1)  # 1 when a latency target is missed on a loaded machine
     assert "gateway/direct" in capsys.readouterr().out
 
@@ -84,7 +82,7 @@ async def test_the_http_fronts_the_bench_compares_answer_as_labelled_and_forward
     residency = {"pinned": ["echo"], "ready_wait": START}  # serve once the upstream is up
     config.write_text(json.dumps({"mcpServers": {"up": {"url": up_url}}, "residency": residency}))
     serve = [sys.executable, "-m", "residency", "serve", "--config", str(config), "--transport", "http"]
-    proxy = [sys.executable, "-m", "residency._bench.gateway", "--serve-proxy", up_url]
+    proxy = [*bench.program(), "--serve-proxy", up_url]
     # (argv, environment, whether it should answer JSON)
     fronts: list[tuple[list[str], dict[str, str] | None, bool]] = []
     for answers_json in (False, True):

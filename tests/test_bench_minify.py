@@ -1,4 +1,4 @@
-"""``residency bench minify`` reports the issue's figures, measured in one run."""
+"""``python -m benchmarks minify`` reports the issue's figures, measured in one run."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import shutil
 from pathlib import Path
 
-from residency._bench import minify
+from benchmarks.bench import minify
 from tests.conftest import CORPUS, load_corpus
 
 

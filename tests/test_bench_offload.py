@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
-from residency._bench import offload as bench
-from residency._cli import main as cli_main
-from residency._cli._bench import BENCHES
+from benchmarks.bench import offload as bench
+from benchmarks.run import BENCHES
+from benchmarks.run import main as run_main
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -51,10 +51,10 @@ def test_a_size_under_the_offload_threshold_is_refused() -> None:
 
 @pytest.mark.slow
 def test_the_offload_bench_runs_over_stdio_from_the_cli(tmp_path: Path) -> None:
-    assert BENCHES["offload"].module == "residency._bench.offload"
+    assert BENCHES["offload"].module == "benchmarks.bench.offload"
     out = tmp_path / "offload.json"
-    argv = ["bench", "offload", "--size", "60000", "--calls", "2", "--wire-calls", "2", "--json", str(out)]
-    assert cli_main(argv) == 0  # no targets: only a failure to run exits non-zero
+    argv = ["offload", "--size", "60000", "--calls", "2", "--wire-calls", "2", "--json", str(out)]
+    assert run_main(argv) == 0  # no targets: only a failure to run exits non-zero
     (written,) = json.loads(out.read_text())
     assert written["data"]["stdio, SQLite store"]["samples"] == 2
 

@@ -1,4 +1,4 @@
-"""The public tool-search query set (``residency._bench._public``): its labels, its size, its tools."""
+"""The public tool-search query set (``benchmarks.bench._public``): its labels, its size, its tools."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from residency._bench._public import PublicSet, load_public_set, public_catalog_path
-from residency._bench.search import Query, corpus_catalog, label_names, load_queries
+from benchmarks.bench._public import PublicSet, load_public_set, public_catalog_path
+from benchmarks.bench.search import Query, corpus_catalog, label_names, load_queries
 from residency._gateway import Catalog
 
 

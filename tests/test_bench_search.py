@@ -1,4 +1,4 @@
-"""``residency bench search``: its metrics, its synthetic catalog and a small run."""
+"""``python -m benchmarks search``: its metrics, its synthetic catalog and a small run."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from residency._bench import search as bench
-from residency._bench.search import (
+from benchmarks.bench import search as bench
+from benchmarks.bench.search import (
     Query,
     corpus_catalog,
     default_queries,

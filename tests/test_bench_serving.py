@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from residency._bench import serving as bench
-from residency._cli._bench import BENCHES
+from benchmarks.bench import serving as bench
+from benchmarks.run import BENCHES
 
 
 @pytest.mark.slow
 def test_a_tiny_run_reports_the_first_list_and_the_memory_per_session() -> None:
-    assert BENCHES["serving"].module == "residency._bench.serving"
+    assert BENCHES["serving"].module == "benchmarks.bench.serving"
     parser = argparse.ArgumentParser()
     bench.add_arguments(parser)
     args = parser.parse_args(["--tools", "60", "--rounds", "1", "--clients", "3", "--session-tools", "20"])

@@ -11,6 +11,8 @@ from typing import Any
 import jsonschema
 import pytest
 
+from benchmarks.bench.session import GENERATED_END, GENERATED_START, TRACES, main, readme_table, run_trace
+from benchmarks.run import main as run_main
 from residency._bench._pricing import PROFILES
 from residency._bench._simulate import (
     DeferStrategy,
@@ -37,8 +39,6 @@ from residency._bench._trace import (
     load_trace,
     parse_trace,
 )
-from residency._bench.session import GENERATED_END, GENERATED_START, TRACES, main, readme_table, run_trace
-from residency._cli import main as cli_main
 from residency._core._lifecycle import ToolState
 from residency._errors import InvalidInput
 from residency._tokens import count_tokens
@@ -65,13 +65,13 @@ def corpus() -> dict[str, list[dict[str, Any]]]:
 
 
 def _minify() -> Any:
-    from residency._bench.session import _minify
+    from benchmarks.bench.session import _minify
 
     return _minify()
 
 
 def _prune() -> Any:
-    from residency._bench.session import _seed003
+    from benchmarks.bench.session import _seed003
 
     return _seed003()
 
@@ -464,9 +464,8 @@ def test_the_cli_writes_json_a_plot_and_the_readme_table(
     trace_file = tmp_path / "tiny.json"
     trace_file.write_text(json.dumps(_tiny()))
     out, png = tmp_path / "out.json", tmp_path / "out.png"
-    code = cli_main(
+    code = run_main(
         [
-            "bench",
             "session",
             "--corpus",
             str(CORPUS),
@@ -503,7 +502,7 @@ def test_the_cli_refuses_a_bad_trace_with_exit_code_2(tmp_path: Path) -> None:
     trace_file = tmp_path / "bad.json"
     trace_file.write_text(json.dumps(raw))
     with pytest.raises(SystemExit) as caught:
-        cli_main(["bench", "session", "--corpus", str(CORPUS), "--trace", str(trace_file)])
+        run_main(["session", "--corpus", str(CORPUS), "--trace", str(trace_file)])
     assert caught.value.code == 2
 
 
@@ -518,8 +517,8 @@ def test_the_cli_checks_the_cost_targets_on_the_profile_given_at_the_scales_give
     trace_file = tmp_path / "tiny.json"
     trace_file.write_text(json.dumps(_tiny()))
     out = tmp_path / "out.json"
-    args = ["bench", "session", "--corpus", str(CORPUS), "--trace", str(trace_file), "--quiet"]
-    code = cli_main([*args, "--profile", "openai", "--result-scale", "2,0.5", "--json", str(out)])
+    args = ["session", "--corpus", str(CORPUS), "--trace", str(trace_file), "--quiet"]
+    code = run_main([*args, "--profile", "openai", "--result-scale", "2,0.5", "--json", str(out)])
     assert code in (0, 1)
     [report] = json.loads(out.read_text())
     tiny = report["data"]["traces"]["tiny"]
@@ -532,7 +531,7 @@ def test_the_cli_checks_the_cost_targets_on_the_profile_given_at_the_scales_give
     capsys.readouterr()
     for bad in (["--result-scale", "0"], ["--result-scale", "x"], ["--profile", "gemini"]):
         with pytest.raises(SystemExit) as caught:
-            cli_main([*args, *bad])
+            run_main([*args, *bad])
         assert caught.value.code == 2
 
 

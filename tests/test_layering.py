@@ -4,9 +4,10 @@
   library, no clock, and nothing of the layers above it;
 - the runtime (everything outside ``_gateway``, ``_cli`` and ``_bench``) never imports the
   gateway;
-- nothing imports the benchmarks but the command line;
-- the benchmarks use the gateway through its public names only (``residency._gateway.__all__``),
-  never its modules.
+- nothing imports the shipped benchmarks (``residency._bench``) but the command line, and
+  nothing in the package imports the repository's (``benchmarks/``);
+- the benchmarks, shipped and repository ones, use the gateway through its public names only
+  (``residency._gateway.__all__``), never its modules.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import residency
 import residency._gateway
 
 ROOT = Path(residency.__file__).parent
+REPO_BENCHES = Path(__file__).resolve().parent.parent / "benchmarks" / "bench"
 CORE_MAY_NOT = (
     "mcp",
     "mcp_types",
@@ -34,11 +36,12 @@ CORE_MAY_NOT = (
 CORE_MAY_NOT_REACH = ("residency._gateway", "residency._store", "residency._runtime", "residency._cli")
 
 
-def _modules() -> list[tuple[str, set[str]]]:
-    """Each module and what it imports: modules, and ``module.name`` for each ``from`` import
-    (so ``from residency._gateway import _server`` counts as ``residency._gateway._server``)."""
+def _modules(root: Path = ROOT) -> list[tuple[str, set[str]]]:
+    """Each module under ``root`` and what it imports: modules, and ``module.name`` for each
+    ``from`` import (so ``from residency._gateway import _server`` counts as
+    ``residency._gateway._server``)."""
     found = []
-    for path in sorted(ROOT.rglob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
@@ -46,7 +49,7 @@ def _modules() -> list[tuple[str, set[str]]]:
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names.add(node.module)
                 names.update(f"{node.module}.{alias.name}" for alias in node.names)
-        found.append((path.relative_to(ROOT).as_posix(), names))
+        found.append((path.relative_to(root).as_posix(), names))
     return found
 
 
@@ -61,6 +64,7 @@ CORE = [m for m in MODULES if m[0].startswith("_core/")]
 RUNTIME = [m for m in MODULES if not m[0].startswith(("_gateway/", "_cli/", "_bench/"))]
 NOT_CLI = [m for m in MODULES if not m[0].startswith(("_cli/", "_bench/"))]
 BENCH = [m for m in MODULES if m[0].startswith("_bench/")]
+REPO_BENCH = [(f"benchmarks/bench/{name}", imports) for name, imports in _modules(REPO_BENCHES)]
 GATEWAY_PUBLIC = {"residency._gateway", *(f"residency._gateway.{n}" for n in residency._gateway.__all__)}
 
 
@@ -80,7 +84,13 @@ def test_only_the_command_line_imports_the_benchmarks(module: str, imports: set[
     assert not {i for i in imports if i.startswith("residency._bench")}
 
 
-@pytest.mark.parametrize(("module", "imports"), BENCH, ids=_ids(BENCH))
+@pytest.mark.parametrize(("module", "imports"), MODULES, ids=_ids(MODULES))
+def test_the_package_never_imports_the_repository_benchmarks(module: str, imports: set[str]) -> None:
+    # They read the checkout's data: a wheel has neither them nor it.
+    assert not {i for i in imports if i.split(".")[0] == "benchmarks"}
+
+
+@pytest.mark.parametrize(("module", "imports"), BENCH + REPO_BENCH, ids=_ids(BENCH + REPO_BENCH))
 def test_the_benchmarks_use_only_the_public_names_of_the_gateway(module: str, imports: set[str]) -> None:
     reached = {i for i in imports if i.startswith("residency._gateway")}
     assert reached <= GATEWAY_PUBLIC, f"{module} reaches into the gateway: {sorted(reached - GATEWAY_PUBLIC)}"
@@ -89,4 +99,5 @@ def test_the_benchmarks_use_only_the_public_names_of_the_gateway(module: str, im
 def test_the_check_sees_the_whole_package() -> None:
     names = _ids(MODULES)
     assert "_core/_lifecycle.py" in names and "_gateway/_server.py" in names and len(names) > 40
-    assert BENCH, "no benchmark module found"
+    assert BENCH, "no shipped benchmark module found"
+    assert "benchmarks/bench/gateway.py" in _ids(REPO_BENCH), "no repository benchmark found"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from benchmarks.bench._seed003 import seed003_prune
 from residency import minify_tool, minify_tool_with_report
-from residency._bench._seed003 import seed003_prune
 from residency._core import _minify
 from residency._core._minify import LEVELS
 from residency._core._minify_constraints import constraint_atoms

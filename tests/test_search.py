@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.bench.search import default_queries, load_queries
 from residency import Budget, Session, SQLiteStore
-from residency._bench.search import default_queries, load_queries
 from residency._core._tools import definition_hash
 from residency._search import (
     CACHE_ENV,

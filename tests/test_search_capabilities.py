@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from residency._bench.search import corpus_catalog
+from benchmarks.bench.search import corpus_catalog
 from residency._core._tools import definition_hash
 from residency._search import IndexedTool, ToolIndex, document_terms, embedding_texts, tokenize
 from residency._search._capabilities import VOCABULARY, Capability, capabilities, vocabulary

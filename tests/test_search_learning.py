@@ -4,7 +4,7 @@ and an operator lists and resets it (``residency admin learned``).
 
 BM25 alone (``RESIDENCY_SEARCH_RANKER=bm25``) in these tests: the labels' lexical similarity is
 the subject, and the figures with the embedding model are the benchmark's
-(``residency bench search``, "learned" in its report).
+(``python -m benchmarks search``, "learned" in its report).
 """
 
 from __future__ import annotations

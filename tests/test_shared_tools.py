@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from benchmarks.bench import catalog as bench_catalog
 from residency import Budget, MemoryStore, SchemaError, Session, SQLiteStore, ToolState, definition_hash
-from residency._bench import catalog as bench_catalog
 from residency._core._minify import minify_tool
 from residency._runtime._tool_cache import shared_validator
 from residency._store._checkpoint import decode_checkpoint, encode_checkpoint

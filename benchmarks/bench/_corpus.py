@@ -15,7 +15,7 @@ def default_corpus() -> Path:
     env = os.environ.get("RESIDENCY_CORPUS")
     if env:
         return Path(env)
-    repo = Path(__file__).resolve().parents[3]
+    repo = Path(__file__).resolve().parents[2]
     for base in (Path.cwd(), repo):
         candidate = base.parent / "shared" / "corpora" / "dev"
         if candidate.is_dir():

@@ -47,7 +47,7 @@ class PublicSet:
 
 
 def _root(root: Path | None) -> Path:
-    return root if root is not None else Path(__file__).resolve().parents[3]
+    return root if root is not None else Path(__file__).resolve().parents[2]
 
 
 def public_catalog_path(root: Path | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""What ``residency bench session`` shows: its console tables, its plot and its README tables.
+"""What ``python -m benchmarks session`` shows: its console tables, its plot and its README tables.
 
 Everything here reads the JSON figures ``session.run_trace`` returns (or a ``--json`` file of
 them), so a README table can be rebuilt from a stored result without replaying anything.
@@ -303,8 +303,16 @@ def _sweep_table(data: Mapping[str, Any]) -> list[str]:
     ]
 
 
-GENERATED_START = "<!-- generated: python -m residency._bench.session --readme-table"
+GENERATED_START = "<!-- generated: python -m benchmarks.bench.session --readme-table"
 GENERATED_END = "<!-- end generated -->"
+
+
+def _opens_block(line: str) -> bool:
+    # Any "<!-- generated: ... --readme-table ..." line: a block written by an earlier spelling
+    # of the command is still found.
+    return line.startswith(GENERATED_START) or (
+        line.startswith("<!-- generated: ") and "--readme-table" in line
+    )
 
 
 def write_readme(readme: Path, table: str) -> None:
@@ -314,7 +322,7 @@ def write_readme(readme: Path, table: str) -> None:
         InvalidInput: the file has no generated block.
     """
     lines = readme.read_text().splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if line.startswith(GENERATED_START)), None)
+    start = next((i for i, line in enumerate(lines) if _opens_block(line)), None)
     end = next((i for i, line in enumerate(lines) if line.startswith(GENERATED_END)), None)
     if start is None or end is None or end < start:
         raise InvalidInput(

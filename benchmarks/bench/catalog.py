@@ -1,4 +1,4 @@
-"""``residency bench catalog``: what one more session costs when the catalog is already known.
+"""``python -m benchmarks catalog``: what one more session costs when the catalog is already known.
 
 Figures, measured in one run on the dev corpus (405 real tool definitions, names made unique):
 
@@ -37,7 +37,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from residency._bench._corpus import default_corpus, load_servers
+from benchmarks.bench._corpus import default_corpus, load_servers
 from residency._bench._report import BenchReport
 from residency._core._planner import Budget
 from residency._core._tools import parse_tool
@@ -268,7 +268,7 @@ def run(args: argparse.Namespace) -> BenchReport:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark from ``python -m residency._bench.catalog`` and print its figures."""
+    """Run the benchmark from ``python -m benchmarks.bench.catalog`` and print its figures."""
     parser = argparse.ArgumentParser(description=__doc__)
     add_arguments(parser)
     parser.add_argument("--json", type=Path, default=None, help="write the figures as JSON to this file")

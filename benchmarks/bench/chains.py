@@ -1,4 +1,4 @@
-"""``residency bench chains``: the collision check against archives of growing size.
+"""``python -m benchmarks chains``: the collision check against archives of growing size.
 
 Figures, each against a baseline measured in the same run:
 

@@ -1,4 +1,4 @@
-"""``residency bench fleet``: what replicas on PostgreSQL serve, against one replica on SQLite.
+"""``python -m benchmarks fleet``: what replicas on PostgreSQL serve, against one replica on SQLite.
 
 Three set-ups run one after the other in the same run, each a set of ``residency serve
 --transport http`` processes with the bench's ``echo`` upstream (a stdio subprocess per
@@ -45,8 +45,8 @@ import anyio
 import mcp_types as types
 from mcp import Client
 
+from benchmarks.bench.gateway import ECHO, free_port, percentile, upstream_argv, wait_for_port
 from residency._bench._report import BenchReport, time_per_call
-from residency._bench.gateway import ECHO, free_port, percentile, wait_for_port
 from residency._gateway import SESSION_META_KEY
 
 SMALL_ARGS = ["--sessions", "4", "--calls", "20"]
@@ -251,7 +251,7 @@ async def _run(args: argparse.Namespace) -> BenchReport:
         with anyio.fail_after(_RUN_TIMEOUT), tempfile.TemporaryDirectory(prefix="residency-bench-") as name:
             tmp = Path(name)
             config = tmp / "fleet.json"
-            up = [sys.executable, "-m", "residency._bench.gateway", "--serve-upstream", "stdio"]
+            up = upstream_argv("stdio")
             config.write_text(
                 json.dumps(
                     {

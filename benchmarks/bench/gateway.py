@@ -1,4 +1,4 @@
-"""``residency bench gateway``: what the gateway's second hop costs.
+"""``python -m benchmarks gateway``: what the gateway's second hop costs.
 
 Figures, each against a baseline measured in the same run:
 
@@ -29,8 +29,8 @@ The upstream is the bench's own: an ``echo`` tool plus padding tools taken from 
 is the same on both sides (in-process, same era, same number of sessions, warm-up excluded);
 behind the gateway, the second hop is however the gateway speaks to that upstream: the
 2026-07-28 era for this in-process one (see ``residency._gateway._upstream``). Run
-``python -m residency._bench.gateway --serve-upstream stdio|http [--port N] [--tools N]`` to
-serve it on its own, and ``python -m residency._bench.gateway --serve-proxy URL --port N
+``python benchmarks/bench/gateway.py --serve-upstream stdio|http [--port N] [--tools N]`` to
+serve it on its own, and ``python benchmarks/bench/gateway.py --serve-proxy URL --port N
 [--json-response]`` to serve the bare proxy in front of it.
 """
 
@@ -57,7 +57,10 @@ import mcp_types as types
 from mcp import Client, StdioServerParameters
 from mcp.server.lowlevel import Server
 
-from residency._bench._corpus import numbered_tools
+if __package__ in (None, ""):  # run as a program (an upstream the benches start): the checkout on the path
+    sys.path[:1] = [str(Path(__file__).resolve().parents[2])]
+
+from benchmarks.bench._corpus import numbered_tools
 from residency._bench._report import BenchReport
 from residency._gateway import RESPONSES_ENV, Gateway, in_process_era, parse_config
 
@@ -403,16 +406,14 @@ async def _process(
             process.wait()
 
 
-def _upstream_argv(transport: str, port: int = 0) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "residency._bench.gateway",
-        "--serve-upstream",
-        transport,
-        "--port",
-        str(port),
-    ]
+def program() -> list[str]:
+    """The command line that runs this module as a program, from any folder (``_main``)."""
+    return [sys.executable, str(Path(__file__).resolve())]
+
+
+def upstream_argv(transport: str, port: int = 0) -> list[str]:
+    """The command line of the bench upstream over ``transport`` (``stdio`` or ``http``)."""
+    return [*program(), "--serve-upstream", transport, "--port", str(port)]
 
 
 def _serve_argv(config: Path, *extra: str) -> list[str]:
@@ -420,7 +421,7 @@ def _serve_argv(config: Path, *extra: str) -> list[str]:
 
 
 async def _over_stdio(report: BenchReport, args: argparse.Namespace, tmp: Path) -> None:
-    up = _upstream_argv("stdio")
+    up = upstream_argv("stdio")
     config = tmp / "stdio.json"
     config.write_text(_config({"pinned": [ECHO]}, {"up": {"command": up[0], "args": up[1:]}}))
     serve = _serve_argv(config, "--transport", "stdio")
@@ -483,7 +484,7 @@ async def _over_http(report: BenchReport, args: argparse.Namespace, tmp: Path) -
         return _serve_argv(path, "--transport", "http", "--host", "127.0.0.1", "--port", str(port))
 
     def proxy(port: int, *extra: str) -> list[str]:
-        return [*_upstream_argv("http", port)[:3], "--serve-proxy", up_url, "--port", str(port), *extra]
+        return [*program(), "--serve-proxy", up_url, "--port", str(port), *extra]
 
     ports = [free_port() for _ in range(5)]
     old = _Front(
@@ -509,7 +510,7 @@ async def _over_http(report: BenchReport, args: argparse.Namespace, tmp: Path) -
     direct = _http_client(up_url)
 
     async with (
-        _process(_upstream_argv("http", up_port), tmp / "upstream.log") as up,
+        _process(upstream_argv("http", up_port), tmp / "upstream.log") as up,
         contextlib.AsyncExitStack() as stack,
     ):
         await wait_for_port(up_port, up)
@@ -622,7 +623,7 @@ def run(args: argparse.Namespace) -> BenchReport:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m residency._bench.gateway")
+    parser = argparse.ArgumentParser(prog="python benchmarks/bench/gateway.py")
     serving = parser.add_mutually_exclusive_group(required=True)
     serving.add_argument("--serve-upstream", choices=("stdio", "http"))
     serving.add_argument("--serve-proxy", metavar="URL", help="serve the bare HTTP proxy in front of URL")

@@ -1,4 +1,4 @@
-"""``residency bench lifecycle``: what residency costs per turn and per recorded call.
+"""``python -m benchmarks lifecycle``: what residency costs per turn and per recorded call.
 
 Figures, each against a baseline measured in the same run:
 
@@ -18,7 +18,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from residency._bench._corpus import numbered_tools
+from benchmarks.bench._corpus import numbered_tools
 from residency._bench._report import BenchReport, time_per_call
 from residency._core._lifecycle import TOOL_LIFECYCLE, ToolState
 from residency._core._planner import Budget

@@ -1,4 +1,4 @@
-"""``residency bench minify``: what minification keeps and cuts, on real MCP tool lists.
+"""``python -m benchmarks minify``: what minification keeps and cuts, on real MCP tool lists.
 
 For every top-level file of the corpus (default ``../shared/corpora/dev``), every tool, at
 every level, and for the seed-003 pruner (re-implemented for comparison only):
@@ -26,9 +26,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from residency._bench._corpus import default_corpus
+from benchmarks.bench._corpus import default_corpus
+from benchmarks.bench._seed003 import seed003_prune
 from residency._bench._report import BenchReport, time_per_call
-from residency._bench._seed003 import seed003_prune
 from residency._core._minify import LEVELS, minify_tool, model_view
 from residency._core._minify_constraints import constraint_atoms
 from residency._tokens import count_tokens, tokenizer_name

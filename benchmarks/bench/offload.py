@@ -1,4 +1,4 @@
-"""``residency bench offload``: what span offloading does to a call that returns 1 MB.
+"""``python -m benchmarks offload``: what span offloading does to a call that returns 1 MB.
 
 A real MCP client calls a real upstream's ``dump`` tool through the gateway; ``dump`` answers
 with ``--size`` bytes of text (1 MB by default, different on every call, so the content store
@@ -45,8 +45,11 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.server.lowlevel import Server
 
+if __package__ in (None, ""):  # run as a program (an upstream the benches start): the checkout on the path
+    sys.path[:1] = [str(Path(__file__).resolve().parents[2])]
+
+from benchmarks.bench.gateway import percentile
 from residency._bench._report import BenchReport
-from residency._bench.gateway import percentile
 from residency._gateway import MAX_RANGE, SPAN_META_KEY, Gateway, parse_config
 from residency._tokens import count_tokens
 
@@ -208,7 +211,7 @@ async def _in_process_pair(size: int, store: str) -> AsyncIterator[tuple[Client,
 
 @contextlib.asynccontextmanager
 async def _stdio_pair(size: int, folder: Path) -> AsyncIterator[tuple[Client, Client]]:
-    up = [sys.executable, "-m", "residency._bench.offload", "--serve-upstream", "--size", str(size)]
+    up = [sys.executable, str(Path(__file__).resolve()), "--serve-upstream", "--size", str(size)]
     upstream: dict[str, Any] = {"command": up[0], "args": up[1:]}
     if "PYTHONPATH" in os.environ:  # the upstream runs the same residency as the bench
         upstream["env"] = {"PYTHONPATH": os.environ["PYTHONPATH"]}
@@ -293,7 +296,7 @@ async def _serve(size: int) -> None:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m residency._bench.offload")
+    parser = argparse.ArgumentParser(prog="python benchmarks/bench/offload.py")
     parser.add_argument("--serve-upstream", action="store_true", required=True)
     parser.add_argument("--size", type=int, default=1_000_000)
     size = parser.parse_args(argv).size

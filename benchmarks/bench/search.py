@@ -1,4 +1,4 @@
-"""``residency bench search``: does ``search_tools`` find the tool, and how fast.
+"""``python -m benchmarks search``: does ``search_tools`` find the tool, and how fast.
 
 Figures, each against a baseline measured in the same run (the baseline is the search the
 gateway shipped before the shared index: BM25 recomputed over the withheld tools at every
@@ -37,7 +37,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from residency._bench._corpus import default_corpus
+from benchmarks.bench._corpus import default_corpus
 from residency._bench._report import BenchReport
 from residency._core._lifecycle import ToolState
 from residency._core._planner import Budget
@@ -64,7 +64,7 @@ RANKERS: tuple[Ranker, ...] = ("bm25", "semantic", "fusion")
 
 def default_queries() -> Path:
     """``benchmarks/queries/corpus.json`` of the repository this module runs from."""
-    return Path(__file__).resolve().parents[3] / "benchmarks" / "queries" / "corpus.json"
+    return Path(__file__).resolve().parents[2] / "benchmarks" / "queries" / "corpus.json"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -284,9 +284,9 @@ def class_figures(
 
 
 def public_figures(report: BenchReport, rankers: Sequence[Ranker], semantic: bool) -> dict[str, Any]:
-    """The public set (``residency._bench._public``): quality per ranker, all and held-out half,
+    """The public set (``benchmarks.bench._public``): quality per ranker, all and held-out half,
     per class, and learning from use; targets on fusion MRR >= 0.75 and R@5 >= 0.88."""
-    from residency._bench._public import load_public_set
+    from benchmarks.bench._public import load_public_set
 
     public = load_public_set()
     queries = load_queries(public.queries)

@@ -1,4 +1,4 @@
-"""``residency bench serving``: ``residency serve`` processes at catalog scale, against the same
+"""``python -m benchmarks serving``: ``residency serve`` processes at catalog scale, against the same
 work without the gateway, measured in one run.
 
 Figures:
@@ -18,7 +18,7 @@ Figures:
   ``residency serve`` and for a bare proxy on the same SDK that forwards and keeps nothing
   (target for the gateway: <= 0.5 MB).
 
-Both spawn real processes (the bench upstream of ``residency._bench.gateway``); the memory
+Both spawn real processes (the bench upstream of ``benchmarks.bench.gateway``); the memory
 figure reads ``/proc`` and is skipped where there is none.
 """
 
@@ -38,15 +38,16 @@ import mcp_types as types
 from mcp import StdioServerParameters
 from mcp.client import Client
 
-from residency._bench._report import BenchReport
-from residency._bench.gateway import (
+from benchmarks.bench.gateway import (
     _config,
     _process,
     _serve_argv,
-    _upstream_argv,
     free_port,
+    program,
+    upstream_argv,
     wait_for_port,
 )
+from residency._bench._report import BenchReport
 
 SMALL_ARGS = ["--tools", "2000", "--rounds", "1", "--clients", "10"]
 
@@ -87,7 +88,7 @@ async def _first_list(params: StdioServerParameters, *, gateway: bool = False) -
 
 async def _stdio_first_list(report: BenchReport, args: argparse.Namespace, tmp: Path) -> None:
     tools = max(1, args.tools)
-    up = [*_upstream_argv("stdio"), "--tools", str(tools - 1)]
+    up = [*upstream_argv("stdio"), "--tools", str(tools - 1)]
     config = tmp / "stdio.json"
     # ready_wait: serve once the upstream is up, so that the first list is of the whole catalog
     # (by default the gateway serves after 5 s and a slower upstream's tools arrive later).
@@ -151,8 +152,8 @@ async def _http_memory(report: BenchReport, args: argparse.Namespace, tmp: Path)
     config = tmp / "http.json"
     config.write_text(_config({}, {"up": {"url": up_url}}))
     serve = _serve_argv(config, "--transport", "http", "--host", "127.0.0.1", "--port", str(gw_port))
-    proxy = [*_upstream_argv("http", proxy_port)[:3], "--serve-proxy", up_url, "--port", str(proxy_port)]
-    upstream = [*_upstream_argv("http", up_port), "--tools", str(max(0, args.session_tools - 1))]
+    proxy = [*program(), "--serve-proxy", up_url, "--port", str(proxy_port)]
+    upstream = [*upstream_argv("http", up_port), "--tools", str(max(0, args.session_tools - 1))]
     clients = max(1, args.clients)
     async with contextlib.AsyncExitStack() as stack:
         up = await stack.enter_async_context(_process(upstream, tmp / "upstream.log"))

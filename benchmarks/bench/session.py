@@ -1,4 +1,4 @@
-"""``residency bench session``: the schema tax, measured over whole agent sessions.
+"""``python -m benchmarks session``: the schema tax, measured over whole agent sessions.
 
 Each trace (``benchmarks/traces/*.json``) is replayed under seven strategies with the same
 simulated model (see ``_simulate`` and ``_strategies``): ``all-full`` (every tool, full schema,
@@ -32,7 +32,7 @@ Figures per trace, all measured in the same run:
   per regime: cost <= 1.1x ``defer``'s, at most one tool-list change beyond those of pinned
   tools redefined upstream, and no ghost, invalid or failed call with either model.
 
-``python -m residency._bench.session --readme-table RESULTS.json`` prints the README table;
+``python -m benchmarks.bench.session --readme-table RESULTS.json`` prints the README table;
 ``--write benchmarks/README.md`` puts it in the README's generated block.
 """
 
@@ -51,10 +51,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from residency._bench._corpus import default_corpus
-from residency._bench._pricing import DEFAULT_PROFILE, PROFILES, summarize
-from residency._bench._report import BenchReport, machine, time_per_call
-from residency._bench._session_report import (
+from benchmarks.bench._corpus import default_corpus
+from benchmarks.bench._session_report import (
     BESIDE,
     GENERATED_END,
     GENERATED_START,
@@ -63,6 +61,8 @@ from residency._bench._session_report import (
     readme_table,
     write_readme,
 )
+from residency._bench._pricing import DEFAULT_PROFILE, PROFILES, summarize
+from residency._bench._report import BenchReport, machine, time_per_call
 from residency._bench._simulate import Minifier, Model, model_view, replay
 from residency._bench._strategies import RESIDENCY_STRATEGIES, STRATEGIES, make_strategy
 from residency._bench._trace import Toolset, Trace, bind, load_corpus, load_trace
@@ -87,7 +87,7 @@ __all__ = [
 
 SMALL_ARGS = ["--quiet"]
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 TRACES = REPO / "benchmarks" / "traces"
 
 TARGET_CUT = 0.85
@@ -181,7 +181,7 @@ def _minify() -> Minifier:
 
 
 def _seed003() -> Minifier:
-    from residency._bench._seed003 import seed003_prune
+    from benchmarks.bench._seed003 import seed003_prune
 
     prune: Minifier = seed003_prune
     return prune
@@ -399,7 +399,7 @@ def _reference_targets(
 
 
 def run(args: argparse.Namespace) -> BenchReport:
-    """The ``residency bench session`` entry point (see the module docstring)."""
+    """The ``python -m benchmarks session`` entry point (see the module docstring)."""
     console = Console(stderr=True)
     if args.plot is not None:
         _need_matplotlib()
@@ -420,7 +420,7 @@ def run(args: argparse.Namespace) -> BenchReport:
             except InvalidInput as exc:
                 raise InvalidInput(f"trace {path}: {exc}", where=exc.where) from None
     except InvalidInput as exc:
-        console.print(f"[red]residency bench session: {exc}[/red]", highlight=False)
+        console.print(f"[red]python -m benchmarks session: {exc}[/red]", highlight=False)
         raise SystemExit(2) from None
     results: dict[str, JSONObject] = {}
     scales = args.result_scale
@@ -536,7 +536,7 @@ def _need_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         print(
-            "residency bench session: --plot needs matplotlib; "
+            "python -m benchmarks session: --plot needs matplotlib; "
             "install it with: pip install 'residency[plot]'",
             file=sys.stderr,
         )
@@ -544,12 +544,12 @@ def _need_matplotlib() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m residency._bench.session``: ``--readme-table FILE [--write README]``, or the benchmark."""
+    """``python -m benchmarks.bench.session``: ``--readme-table FILE [--write README]``, or the benchmark."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--readme-table"]:
         if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--write"):
             print(
-                "usage: python -m residency._bench.session --readme-table RESULTS.json [--write README.md]",
+                "usage: python -m benchmarks.bench.session --readme-table RESULTS.json [--write README.md]",
                 file=sys.stderr,
             )
             return 2
@@ -563,9 +563,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         sys.stdout.write(text)
         return 0
-    from residency._cli import main as cli_main
+    from benchmarks.run import main as run_main
 
-    return cli_main(["bench", "session", *argv])
+    return run_main(["session", *argv])
 
 
 if __name__ == "__main__":

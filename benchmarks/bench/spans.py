@@ -1,4 +1,4 @@
-"""``residency bench spans``: what externalizing, restoring and reopening spans cost in SQLite.
+"""``python -m benchmarks spans``: what externalizing, restoring and reopening spans cost in SQLite.
 
 Figures, each a ratio against raw ``sqlite3`` doing the same I/O in the same run, on a file
 in the same folder with the same pragmas (WAL, the same ``synchronous`` setting):

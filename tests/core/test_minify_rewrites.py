@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from jsonschema import validators
 
-from residency._bench._seed003 import seed003_prune
+from benchmarks.bench._seed003 import seed003_prune
 from residency._core._minify import minify_schema
 from residency._core._minify_constraints import (
     constraint_atoms,

@@ -1,4 +1,5 @@
-"""What a benchmark reports: named figures, each with its target and verdict."""
+"""What a benchmark reports: named figures, each with its target and verdict, and how they are
+shown (one table) and written (``--json``). The repository's benchmarks report the same way."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["BenchReport", "Figure", "machine", "time_per_call"]
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["BenchReport", "Figure", "machine", "show", "time_per_call", "write_json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +86,25 @@ def time_per_call(fn: Callable[[], object], *, repeat: int = 7, min_time: float 
             fn()
         rounds.append((time.perf_counter() - start) / number)
     return statistics.median(rounds)
+
+
+def show(reports: list[BenchReport], console: Console, *, title: str = "residency bench") -> None:
+    """Print every report's figures as one table, then where they were measured."""
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for col in ("bench", "figure", "value", "target", "ok"):
+        table.add_column(col, justify="right" if col == "value" else "left")
+    for report in reports:
+        for f in report.figures:
+            verdict = "" if f.ok is None else ("yes" if f.ok else "NO")
+            table.add_row(report.name, f.name, f"{f.value:,.3g} {f.unit}".strip(), f.target, verdict)
+    console.print(table)
+    m = machine()
+    console.print(f"measured on {m['platform']}, {m['cpus']} CPUs, Python {m['python']}")
+
+
+def write_json(path: Path | None, reports: list[BenchReport]) -> None:
+    """Write every report to ``path`` as a JSON list (nothing when ``path`` is None)."""
+    if path is not None:
+        path.write_text(json.dumps([r.to_json() for r in reports], indent=2, sort_keys=True) + "\n")

@@ -162,6 +162,7 @@ class Tally:
     per_turn_result_tokens: list[int] = field(default_factory=list)
     plan_seconds: list[float] = field(default_factory=list)
     tombstones_per_turn: list[int] = field(default_factory=list)
+    listed_per_turn: list[int] = field(default_factory=list)  # tools in the list, meta-tools aside
 
     def to_json(self) -> JSONObject:
         out: JSONObject = {
@@ -209,6 +210,10 @@ class Strategy:
         self._shown = self.shown(phase)
         self._shown_tokens = count_tokens(list(self._shown.values()))
         self._block = block_key(list(self._shown.values()))
+
+    def listed(self) -> list[str]:
+        """The tools of this turn's tool block, meta-tools aside."""
+        return list(self._shown)
 
     def block(self) -> tuple[str, int]:
         """This turn's tool block: its ``block_key`` and its tokens."""
@@ -446,6 +451,7 @@ def replay(
         phase = turn.phase if turn.phase is not None else phase
         strategy.open_turn(turn, phase, changed)
         strategy.prompt.set_block(*strategy.block())
+        strategy.tally.listed_per_turn.append(len(strategy.listed()))
         if turn.say:
             strategy.prompt.say(count_tokens(turn.say))
         base = strategy.turn_tokens()
