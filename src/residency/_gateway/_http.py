@@ -10,6 +10,9 @@ Paths:
               get error results until a restart succeeds), 200 if they are only ``starting`` or
               ``stopped`` (the next call starts them).
 ``/metrics``  ``GET``: the Prometheus text format (see ``_telemetry``).
+``/``         ``GET``: a short plain-text page for a person with curl: the paths, how to connect,
+              examples of both protocol eras (``_http_help``). A request to ``/mcp`` that
+              names no session and opens none is told what to send (``SessionHint``).
 
 Bound to 127.0.0.1 by default, with DNS-rebinding protection on (a request whose ``Host`` is
 not the bound address gets 421). Binding elsewhere keeps the protection, allowing that host;
@@ -40,8 +43,8 @@ token (it would turn authentication off). ``residency serve`` also refuses token
 ``MIN_TOKEN_CHARS`` characters or with characters other than visible ASCII
 (``token_problem``).
 
-The token and the ``Host`` check guard ``/healthz`` and ``/metrics`` exactly as they guard
-``/mcp``: both name every upstream and ``/metrics`` names refusal reasons, and a scraper can
+The token and the ``Host`` check guard ``/``, ``/healthz`` and ``/metrics`` exactly as they
+guard ``/mcp``: both name every upstream and ``/metrics`` names refusal reasons, and a scraper can
 send a bearer token (Prometheus' ``authorization`` setting). Without a token they are open to
 whoever can reach the bound address, as ``/mcp`` is.
 
@@ -67,7 +70,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import anyio
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -76,6 +79,7 @@ from residency._errors import ConfigError
 from residency._gateway._config import RESPONSES_ENV, Secrets
 from residency._gateway._connection import IDENTITY_STATE, token_identity
 from residency._gateway._http_guard import Admission, BoundedBody, Front, raise_fd_limit
+from residency._gateway._http_help import SessionHint, root_page
 from residency._gateway._http_limits import Caps, HTTPSettings
 from residency._gateway._request_ids import RequestIds
 from residency._gateway._resources import upstream_status
@@ -98,6 +102,7 @@ __all__ = [
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
+ROOT_PATH = "/"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 """Bind addresses that mean every address of the machine."""
@@ -230,8 +235,17 @@ def _security(host: str, allowed: Sequence[str] = ()) -> TransportSecuritySettin
     )
 
 
-def _operator_routes(gateway: Gateway, security: TransportSecuritySettings) -> list[Route]:
+def _operator_routes(gateway: Gateway, security: TransportSecuritySettings, *, token: bool) -> list[Route]:
     checks = TransportSecurityMiddleware(security)
+
+    async def root(request: Request) -> Response:
+        refused = await checks.validate_request(request)
+        if refused is not None:
+            return refused
+        # The Host header passed the check above: it is one of the names the gateway allows.
+        base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
+        page = root_page(base, MCP_PATH, HEALTH_PATH, METRICS_PATH, token=token)
+        return PlainTextResponse(page, headers=_NO_STORE)
 
     async def healthz(request: Request) -> Response:
         refused = await checks.validate_request(request)
@@ -249,7 +263,11 @@ def _operator_routes(gateway: Gateway, security: TransportSecuritySettings) -> l
         body, content_type = gateway.telemetry.prometheus()
         return Response(body, media_type=content_type, headers=_NO_STORE)
 
-    return [Route(HEALTH_PATH, healthz, methods=["GET"]), Route(METRICS_PATH, metrics, methods=["GET"])]
+    return [
+        Route(ROOT_PATH, root, methods=["GET"]),
+        Route(HEALTH_PATH, healthz, methods=["GET"]),
+        Route(METRICS_PATH, metrics, methods=["GET"]),
+    ]
 
 
 def json_responses(environ: Mapping[str, str] = os.environ) -> bool:
@@ -273,7 +291,7 @@ def http_app(
     allowed_hosts: Sequence[str] = (),
     front: Front | None = None,
 ) -> ASGIApp:
-    """The gateway's ASGI app: ``/mcp`` (streamable HTTP), ``/healthz``, ``/metrics``.
+    """The gateway's ASGI app: ``/mcp`` (streamable HTTP), ``/``, ``/healthz``, ``/metrics``.
 
     Args:
         gateway: the gateway to serve.
@@ -303,9 +321,11 @@ def http_app(
         json_response=json_response,
         host=host,
         transport_security=security,
-        custom_starlette_routes=_operator_routes(gateway, security),
+        custom_starlette_routes=_operator_routes(gateway, security, token=bool(token)),
         max_request_body_size=front.settings.max_body_bytes,
     )
+    # The SDK's "Missing session ID" answer says what to send instead.
+    app = SessionHint(app, path=MCP_PATH)
     # Innermost: a request whose id collides with one in flight in its session is refused.
     app = RequestIds(app, path=MCP_PATH, max_body_bytes=front.settings.max_body_bytes)
     # Outermost last: the request caps and the Host check, the token, then the bounded body.
