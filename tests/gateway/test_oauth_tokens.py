@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from residency._cli._session_names import find_session, session_key_of
 from residency._gateway._jwks import IssuerUnavailable, KeySet, RefreshGate, key_fits, metadata_urls
 from residency._gateway._oauth import Introspector, Principal, TokenRefused, TokenValidator
 from residency._gateway._oauth_config import IntrospectionSettings, OAuthSettings
@@ -382,3 +383,10 @@ def test_introspection_settings_need_https_and_a_client() -> None:
                                               "client_secret": "b"})  # fmt: skip
     with pytest.raises(ValidationError):
         IntrospectionSettings.model_validate({"endpoint": "https://id.example.com/i", "client_secret": "b"})
+
+
+def test_store_commands_find_a_key_under_an_oauth_identity() -> None:
+    identity = Principal(ISSUER, "alice", "desk", frozenset()).identity
+    sid = f"gateway/{identity}/mine"
+    assert session_key_of(sid) == "mine"
+    assert find_session(["desk", sid], "mine", where="s.db") == sid

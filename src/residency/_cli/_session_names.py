@@ -1,13 +1,14 @@
 """How the store-reading commands (``inspect``, ``view``, ``admin``) find the session a user named.
 
 A gateway journals the session of key ``K`` as ``gateway/K``, and a key a request named under a
-bearer token as ``gateway/token-<16 hex>/K``. ``inspect`` lists those store ids; a user knows
-the key (what they passed to ``residency serve --session``, or sent as ``Residency-Session``).
+bearer token as ``gateway/token-<16 hex>/K`` (under an OAuth principal,
+``gateway/oauth-<32 hex>/K``). ``inspect`` lists those store ids; a user knows the key (what
+they passed to ``residency serve --session``, or sent as ``Residency-Session``).
 Every command accepts either, first match wins:
 
 1. the store id itself (what ``inspect`` lists);
 2. ``gateway/<given>`` (a key served without a token, or ``token-<hex>/<key>``);
-3. a gateway session whose key, under any token identity, is ``given``, if only one is.
+3. a gateway session whose key, under any token or OAuth identity, is ``given``, if only one is.
 
 Otherwise the lookup fails with ``NotFound``, naming the matches when there are several and
 the nearest ids when there are none.
@@ -24,7 +25,7 @@ from residency._errors import NotFound
 __all__ = ["find_session", "session_key_of"]
 
 _GATEWAY = "gateway/"
-_UNDER_TOKEN = re.compile(r"^token-[0-9a-f]{16}/")
+_UNDER_TOKEN = re.compile(r"^(?:token-[0-9a-f]{16}|oauth-[0-9a-f]{32})/")
 _SHOWN = 10  # ids named in an error at most
 
 

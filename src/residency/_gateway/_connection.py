@@ -8,15 +8,21 @@ How a request finds its session, first match wins (the README's "Who a session i
 
 1. ``_meta["residency/session"]`` on the request, or the ``Residency-Session`` HTTP header: a
    key the client repeats (the 2026-07-28 way, and how any client resumes a session). On a
-   request the HTTP transport authenticated with a bearer token, the key is bound to the
-   token's identity: the session is ``<identity>/<key>``, so a key names nothing across
-   identities (another token cannot reach it). Without a token, and on stdio, keys are used as
-   given.
+   request the HTTP transport authenticated, the key is bound to the caller's identity: the
+   session is ``<identity>/<key>``, so a key names nothing across identities (another token
+   or another OAuth principal cannot reach it). The identity of a static bearer token is
+   ``token-<16 hex>``; of an OAuth principal, ``oauth-<32 hex>`` (its issuer, subject and
+   client, ``_oauth.Principal``). Without authentication, and on stdio, keys are used as given.
 2. Handshake era: the connection itself (a key given once sticks to the connection). Over
-   stateful HTTP that is the ``Mcp-Session-Id``.
+   stateful HTTP that is the ``Mcp-Session-Id``, which the SDK lets only the principal that
+   opened it use (``_oauth_http`` hands it the principal).
 3. The gateway's default key (``residency serve --session``; a stdio gateway serves one
-   client and makes a fresh key per process unless one is named).
-4. 2026-07-28 over HTTP: the bearer token the request carries (one identity per token).
+   client and makes a fresh key per process unless one is named). Under OAuth it is bound to
+   the caller's identity like an explicit key: many principals share the gateway, and none
+   shares a session by default. (A static token is one identity: its default key stays as
+   given.)
+4. 2026-07-28 over HTTP: the caller's identity (an OAuth principal's, whatever token it
+   holds now; else the bearer token the request carries, one identity per token).
    On a 2026-07-28 stdio pipe: the pipe.
 5. Otherwise the caller is anonymous: ``session_key`` returns None and the gateway gives the
    request a throwaway session of its own, so anonymous callers never share state.
@@ -37,6 +43,7 @@ from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from residency._errors import InvalidInput
+from residency._gateway._oauth import IDENTITY_PREFIX
 
 __all__ = [
     "IDENTITY_STATE",
@@ -125,10 +132,12 @@ def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str
         InvalidInput: a malformed explicit key.
     """
     explicit = _explicit_key(ctx)
-    if explicit is not None:
-        identity = _authenticated_identity(ctx)
-        if identity is not None:
+    identity = _authenticated_identity(ctx)
+    if identity is not None:
+        if explicit is not None:
             explicit = f"{identity}/{explicit}"
+        if default is not None and identity.startswith(IDENTITY_PREFIX):
+            default = f"{identity}/{default}"
     connection = connection_of(ctx)
     if not is_modern(ctx):
         state = connection.state
@@ -150,7 +159,7 @@ def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str
     if connection.has_standalone_channel:
         # A 2026-07-28 duplex pipe (stdio): one Connection per request, one outbound per pipe.
         return f"pipe-{id(connection.outbound):x}"
-    return _bearer_identity(ctx)
+    return identity or _bearer_identity(ctx)
 
 
 class ListChangedServer(Server[Any]):
