@@ -14,7 +14,7 @@ to the budget on every turn instead).
 from __future__ import annotations
 
 from residency import Budget, Session, ToolNotResident
-from residency._gateway import desk_tools
+from residency.demo import desk_tools
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from residency._cli import main
 from residency._gateway import IncidentDesk
 from residency._gateway._demo import SCENARIO_READS
 from residency._gateway._meta_tools import listed_meta_tools
+from residency._gateway._run import DEMO_WORKING_SET
 from residency._tokens import count_tokens
 from tests._timing import START
 from tests.gateway.conftest import agent, running
@@ -120,9 +121,11 @@ def test_the_default_policy_is_the_demos(
     code, out, _ = _view(capsys, "--store", str(path), "--session", seen["key"], "--json")
     assert code == 0
     shown = json.loads(out)
-    # ``residency serve`` with no --config: compact, by reference, nothing pinned.
+    # ``residency serve`` with no --config: compact, by reference, the desk's read-only working
+    # set pinned (so only those of the session's resident tools are listed).
     assert (shown["minify"], shown["delivery"]) == ("compact", "reference")
-    assert shown["tools"] == []
+    names = {t["name"] for t in shown["tools"]}
+    assert names and names <= set(DEMO_WORKING_SET), names
     meta = list(listed_meta_tools(chains=False, offload=False, call_tool=True))
     assert [m["name"] for m in shown["meta_tools"]] == meta
 

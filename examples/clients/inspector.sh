@@ -18,7 +18,7 @@ cat >"$catalog" <<JSON
 {"mcpServers": {"residency": {"command": "residency", "args": ["serve"]}}}
 JSON
 
-echo "== stdio: the tools a new session sees (resident tools plus search_tools, reexpand_tools, check_chain)"
+echo "== stdio: the tools a new session sees (the pinned working set plus the meta-tools)"
 "${inspector[@]}" --config "$catalog" --server residency --method tools/list --format json -q |
   python3 -c 'import json,sys; print([t["name"] for t in json.load(sys.stdin)["result"]["tools"]])'
 

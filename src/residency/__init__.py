@@ -171,13 +171,14 @@ _LAZY: dict[str, str] = {
 """Public name -> the private module that defines it."""
 
 
-def _report_public_home(obj: object) -> None:
-    """A public class reports ``residency`` as its module (as httpx and trio do), not a private one.
+def _report_public_home(obj: object, home: str = "residency") -> None:
+    """A public class reports its public module (``home``: ``residency``, or ``residency.gateway``
+    and ``residency.demo`` for theirs) as its module, as httpx and trio do, not a private one.
 
     Annotations are resolved first, in the module that defines them, so that
     ``typing.get_type_hints`` (and tools built on it) still works after the move.
     """
-    if not isinstance(obj, type) or not obj.__module__.startswith("residency."):
+    if not isinstance(obj, type) or not obj.__module__.startswith("residency._"):
         return
     own = vars(obj).get("__annotations__")
     if own:
@@ -187,7 +188,7 @@ def _report_public_home(obj: object) -> None:
             pass
         else:
             obj.__annotations__ = {k: hints.get(k, v) for k, v in own.items()}
-    obj.__module__ = "residency"
+    obj.__module__ = home
 
 
 for _name in __all__:

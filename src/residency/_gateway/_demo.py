@@ -311,7 +311,7 @@ def _error(text: str) -> types.CallToolResult:
 
 
 async def serve_stdio(schema: str = "v2") -> None:
-    """Serve the desk on stdin/stdout: ``python -m residency._gateway._desk_stdio [--schema v1|v2]``.
+    """Serve the desk on stdin/stdout: ``python -m residency.demo [--schema v1|v2]``.
 
     Lets a gateway config put the desk behind any policy as an ordinary stdio upstream; with
     ``--schema v1`` it serves ``update_incident`` as it was before the migration, so a gateway
@@ -324,14 +324,21 @@ async def serve_stdio(schema: str = "v2") -> None:
         await desk.server.run(read, write, desk.server.create_initialization_options())
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, prog: str = "python -m residency.demo") -> None:
+    """The desk's command line: ``--schema v1|v2``, then serve it on stdio until stdin closes."""
     import argparse
 
     import anyio
 
     parser = argparse.ArgumentParser(
-        prog="python -m residency._gateway._desk_stdio", description=serve_stdio.__doc__
+        prog=prog,
+        description="Serve the demo incident desk (14 tools) as an MCP server on stdin/stdout.",
     )
-    parser.add_argument("--schema", choices=["v1", "v2"], default="v2", help="update_incident's version")
+    parser.add_argument(
+        "--schema",
+        choices=["v1", "v2"],
+        default="v2",
+        help="update_incident's version: v2 (assignee object, the default) or v1 (assignee_id string)",
+    )
     args = parser.parse_args(argv)
     anyio.run(serve_stdio, args.schema)

@@ -59,6 +59,7 @@ from residency._gateway._config import (
 )
 from residency._gateway._demo import IncidentDesk
 from residency._gateway._http import bind, exposure_problem, is_loopback, serve_http, token_problem
+from residency._gateway._meta_tools import listed_meta_tools
 from residency._gateway._search import SearchStatus
 from residency._gateway._server import Gateway
 from residency._gateway._upstream import Upstream
@@ -66,31 +67,46 @@ from residency._search import RANKER_ENV
 
 __all__ = [
     "DEMO_CONFIG",
+    "DEMO_WORKING_SET",
     "MAX_LINE_BYTES",
     "TOKEN_ENV",
     "ServeOptions",
+    "build_gateway",
     "fresh_stdio_session",
+    "is_persistent",
     "serve",
+    "serve_stdio",
     "startup_summary",
 ]
 
-DEMO_CONFIG = """{
-  "mcpServers": {},
-  "residency": {"budget": {"schema_tokens": 700, "argument_tokens": 20000}, "minify": "compact"}
-}"""
-"""The demo desk's policy (``residency serve`` with no config), on the default delivery, by
-reference: the list is the meta-tools with ``call_tool``; the desk's tools are found with
-``search_tools`` and called through ``call_tool``. The schema budget matters by list only
-(``residency demo`` plays seed 000 that way: a mutation tool called earlier is demoted and
-tombstoned after a few read-only calls)."""
+DEMO_WORKING_SET = (
+    "list_incidents",
+    "get_incident",
+    "get_timeline",
+    "get_service_health",
+    "query_metrics",
+    "search_runbooks",
+)
+"""The desk's tools the demo lists from the first turn: a read-only working set (look at
+incidents, their timelines, service health and metrics, find a runbook)."""
 
-_DELIVERY_NOTES = {
-    "reference": ": the list is the pinned tools and the meta-tools; search_tools finds the rest, "
-    "call_tool calls them",
-    "list": ": tools join the list as they are needed",
-    "auto": ": by list while the client sees list changes, else by reference",
-}
-"""What the startup summary says of each delivery."""
+DEMO_CONFIG = json.dumps(
+    {
+        "mcpServers": {},
+        "residency": {
+            "budget": {"schema_tokens": 700, "argument_tokens": 20000},
+            "minify": "compact",
+            "pinned": list(DEMO_WORKING_SET),
+        },
+    },
+    indent=2,
+)
+"""The demo desk's policy (``residency serve`` with no config), on the default delivery, by
+reference: the list is the read-only working set (pinned) and the meta-tools with
+``call_tool``; the desk's other tools (every one that changes the desk among them) are found
+with ``search_tools`` and called through ``call_tool``. The schema budget matters by list only
+(``--delivery list``: the working set alone is over it, so nothing else is listed until a
+re-expansion asks for it)."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _READ_SIZE = 1 << 16
@@ -263,16 +279,57 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
         f"idle_turns={idle} planner={budget.planner}"
     )
     lines.append(f"minify {settings.minify}")
-    lines.append(f"delivery {settings.delivery}{_DELIVERY_NOTES[settings.delivery]}")
+    lines.append(f"delivery {settings.delivery}")
     lines.append(printable(_search_line(gateway.search_status())))
     key = options.session
     if options.transport == "stdio" and key is not None:
-        lines.append(f"session {key} (resume with --session {key})")
+        if is_persistent(settings.store):
+            lines.append(f"session {key} (resume with --session {key})")
+        else:
+            lines.append(f"session {key} (in memory: it ends with this process)")
     elif key is not None:
         lines.append(f"session {key} for every request that names none")
     else:
         lines.append("sessions: one per client (see 'residency serve --help': Who a session is)")
+    lines.append(printable(_ready_line(gateway)))
+    if options.transport == "stdio":
+        lines.append("stop with Ctrl-C or by closing stdin")
+    else:
+        lines.append("stop with Ctrl-C")
     return "\n".join(f"residency: {line}" for line in lines)
+
+
+def is_persistent(store: str) -> bool:
+    """Whether sessions in ``store`` (a store URL) outlive the process: SQLite and PostgreSQL."""
+    return store.startswith(("sqlite:", "postgresql:", "postgres:"))
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+
+def _ready_line(gateway: Gateway) -> str:
+    """What a client finds: upstream tools, how many its first list shows, how it reaches the rest."""
+    settings = gateway.config.residency
+    up = sum(1 for u in gateway.upstreams.values() if u.connected)
+    total = len(gateway.catalog)
+    found = f"ready: {_count(total, 'tool')} from {_count(up, 'upstream')}"
+    if up < len(gateway.upstreams):
+        found += f" ({len(gateway.upstreams) - up} not up)"
+    meta = listed_meta_tools(
+        chains=False, offload=settings.spans.recorded, call_tool=settings.delivery != "list"
+    )
+    metas = _count(len(meta), "meta-tool")
+    pinned = [n for n in dict.fromkeys(settings.pinned) if n in gateway.catalog]
+    if settings.delivery == "reference":
+        withheld = total - len(pinned)
+        line = f"{found}; listed {len(pinned)} pinned + {metas}, {withheld} withheld"
+        if withheld:
+            line += " (search_tools finds them, call_tool calls them)"
+        return line
+    fits = f"what {'else ' if pinned else ''}fits schema_tokens={settings.budget.schema_tokens}"
+    listed = f"{len(pinned)} pinned and {fits}" if pinned else fits
+    return f"{found}; listed {listed}, + {metas}; search_tools and reexpand_tools bring the rest"
 
 
 def _search_line(status: SearchStatus) -> str:
@@ -362,21 +419,22 @@ async def _serve(options: ServeOptions) -> int:
     return 128 + stopped_by[0]
 
 
-async def _run_gateway(options: ServeOptions) -> None:
+def build_gateway(options: ServeOptions) -> Gateway:
+    """The gateway ``serve`` runs for ``options`` (not entered): with no config, on the demo desk."""
     upstreams: dict[str, Server[Any]] = {}
     if options.demo:
         upstreams["desk"] = IncidentDesk().server
-    gateway = Gateway(
+    return Gateway(
         options.config, upstreams=upstreams, default_session=options.session, timeout=options.timeout
     )
+
+
+async def _run_gateway(options: ServeOptions) -> None:
+    gateway = build_gateway(options)
     async with gateway:
         if options.transport == "stdio":
             _say(startup_summary(gateway, options))
-            async with _stdin() as stdin, stdio_server(stdin=stdin) as (read, write):
-                if isinstance(stdin, _StdinLines):
-                    stdin.refuse = _refuser(write)
-                    stdin.unreadable = _parse_error(write)
-                await gateway.server.run(read, write, gateway.server.create_initialization_options())
+            await serve_stdio(gateway)
             return
         sock = bind(options.host, options.port)
 
@@ -394,6 +452,20 @@ async def _run_gateway(options: ServeOptions) -> None:
             allowed_hosts=options.allowed_hosts,
             limits=options.config.residency.http,
         )
+
+
+async def serve_stdio(gateway: Gateway) -> None:
+    """Serve an entered gateway on this process's stdin and stdout until stdin closes.
+
+    stdin is read on the event loop, so cancelling this (Ctrl-C) ends it at once; a line over
+    ``MAX_LINE_BYTES`` is refused with a JSON-RPC error and a line that is not JSON with a parse
+    error (see the module docstring).
+    """
+    async with _stdin() as stdin, stdio_server(stdin=stdin) as (read, write):
+        if isinstance(stdin, _StdinLines):
+            stdin.refuse = _refuser(write)
+            stdin.unreadable = _parse_error(write)
+        await gateway.server.run(read, write, gateway.server.create_initialization_options())
 
 
 def _say(text: str) -> None:
