@@ -7,7 +7,10 @@ import json
 from collections import Counter
 from typing import Any
 
+from residency._search import ToolIndex, embedding_query, query_terms, tokenize
+from residency._search._lexicon import glosses, lexicon
 from tests.conftest import ROOT, load_corpus
+from tests.test_search import indexed, tool
 
 QUERIES = ROOT / "benchmarks" / "queries"
 
@@ -46,3 +49,51 @@ def test_chinese_and_japanese_queries_are_written_in_their_own_scripts() -> None
     for q in _load("corpus-multilingual.json")["queries"]:
         if q["lang"] in ("zh", "ja"):
             assert sum(not ch.isascii() for ch in q["query"]) >= 4, q["query"]
+
+
+# -- the glossary --------------------------------------------------------------------------------
+
+FILE_TOOLS = [
+    tool("read_file", "Read the contents of a file"),
+    tool("delete_file", "Delete a file from the repository", path="Path of the file"),
+    tool("create_directory", "Create a new directory", path="Where"),
+    tool("list_users", "List the users of the organization"),
+    tool("stop_process", "Stop a running process", pid="Process id"),
+]
+
+
+def _first(query: str) -> str:
+    hits = ToolIndex(indexed(FILE_TOOLS), embedder=None).search(query, limit=1, ranker="bm25")
+    assert hits, query
+    return hits[0].name
+
+
+def test_a_task_asked_in_another_language_finds_the_tool_through_the_glossary() -> None:
+    assert _first("lösche die alte Datei aus dem Repository") == "delete_file"
+    assert _first("elimina el archivo viejo del repositorio") == "delete_file"
+    assert _first("crée un nouveau dossier pour le build") == "create_directory"
+    assert _first("liste os usuários da organização") == "list_users"
+    assert _first("为构建输出创建一个文件夹") == "create_directory"  # a folder, not a file
+    assert _first("プロセス 4312 を停止して") == "stop_process"
+
+
+def test_the_glossary_reads_only_queries_in_other_languages() -> None:
+    assert glosses("beende den hängenden Prozess") == ["stop", "process"]
+    assert glosses("delete the important file") == []  # "important" is English, not "import..."
+    assert query_terms("list the files") == tokenize("list the files")
+    for name in ("corpus.json", "public-stabletoolbench.json"):
+        assert not [q["query"] for q in _load(name)["queries"] if glosses(q["query"])], name
+
+
+def test_the_semantic_ranker_reads_a_glossed_query_in_english() -> None:
+    assert embedding_query("delete the file") == "I want to delete the file"
+    assert embedding_query("lösche die Datei") == "I want to lösche die Datei (delete file)"
+    # The model reads no Chinese: the English words and the query's ASCII words are embedded.
+    assert embedding_query("删除 main.py 文件") == "I want to delete file main.py"
+
+
+def test_the_glossary_has_a_form_of_each_word_in_every_language() -> None:
+    stems, exact, cjk = lexicon()
+    assert len(stems) + len(exact) > 400
+    assert len(cjk) > 250
+    assert all(len(stem) >= 4 for stem in stems)

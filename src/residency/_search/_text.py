@@ -18,6 +18,8 @@ carry their particles) give overlapping
 character pairs instead (``获取天气`` -> ``获取 取天 天气``; a lone character stays as it is),
 as CJK search engines index them: no dictionary to ship, and a query's pairs meet the same
 pairs in a description. English stop words and suffix stripping apply to ASCII words only.
+A query in German, Spanish, French, Portuguese, Chinese or Japanese also gets the English words
+that a small glossary of the words tools are named with gives for its own (``_lexicon``).
 
 The text the semantic ranker embeds is shorter: the name's words, the title, the description's
 opening and the argument names, which is what tells tools apart; the long tails of some
@@ -54,6 +56,7 @@ _WORD = re.compile(r"[A-Z]?[a-z]+|[0-9]+|[A-Z]+(?![a-z])")
 # (``Zürich``, ``fileÄnderung``).
 _MIXED = re.compile(r"[A-Za-z0-9]*(?:[^\x00-\x7f][A-Za-z0-9]*)+")
 _SENTENCE = re.compile(r"(.+?[.!?])(?:\s|$)")
+_ASCII_RUN = re.compile(r"[!-~]+")
 
 NAME_WEIGHT = 3
 TITLE_WEIGHT = 2
@@ -248,13 +251,18 @@ def tokenize(text: str) -> list[str]:
 
 
 def query_terms(query: str) -> list[str]:
-    """The terms of a query: ``tokenize`` plus the expansions of known shorthands."""
+    """The terms of a query: ``tokenize`` plus the expansions of known shorthands, and the
+    English words of the glossary that its words of other languages say (``_lexicon``)."""
     out: list[str] = []
     for w in words(query):
         if w in STOP_WORDS:
             continue
         out.append(_stem(w))
         out.extend(stem(x) for x in SYNONYMS.get(w, ()))
+    from residency._search._lexicon import glosses  # imported here: it reads this module's words
+
+    for gloss in glosses(query):
+        out += _terms(gloss)
     return out
 
 
@@ -333,8 +341,24 @@ def embedding_texts(tool: Mapping[str, Any], server: str = "") -> tuple[str, ...
 
 
 def embedding_query(query: str) -> str:
-    """The text the semantic ranker embeds for ``query``: ``QUERY_PREFIX`` and the query."""
-    return QUERY_PREFIX + " ".join(query.split())
+    """The text the semantic ranker embeds for ``query``: ``QUERY_PREFIX`` and the query.
+
+    The model reads English only. A query in another language that the glossary reads
+    (``_lexicon``) is followed by the English words it says, in brackets; one in Chinese or
+    Japanese is replaced by them and its ASCII words (names, paths, numbers), since the model
+    makes nothing of its characters. On the tune half of the non-English queries this took
+    the fusion's R@5 from 0.54 (glossary in BM25 alone) to 0.72.
+    """
+    from residency._search._lexicon import glosses  # see query_terms
+
+    text = " ".join(query.split())
+    found = " ".join(dict.fromkeys(glosses(text)))
+    if not found:
+        return QUERY_PREFIX + text
+    normalized = unicodedata.normalize("NFKC", text)
+    if any(_unspaced(ch) for ch in normalized):
+        return QUERY_PREFIX + " ".join([found, *_ASCII_RUN.findall(normalized)])
+    return f"{QUERY_PREFIX}{text} ({found})"
 
 
 def summary_line(tool: Mapping[str, Any], limit: int = 160) -> str:
