@@ -105,7 +105,7 @@ async def test_the_http_fronts_the_bench_compares_answer_as_labelled_and_forward
     }
     with anyio.fail_after(TEST):  # five interpreters, started one after another
         async with (
-            bench._process(bench._upstream_argv("http", up_port), tmp_path / "up.log") as up,
+            bench._process(bench.upstream_argv("http", up_port), tmp_path / "up.log") as up,
             contextlib.AsyncExitStack() as stack,
             httpx2.AsyncClient() as http,
         ):
