@@ -13,6 +13,7 @@ appear.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -25,8 +26,12 @@ from residency._text import printable, printable_lines
 TOKEN_ENV = "RESIDENCY_TOKEN"
 SESSION_ENV = "RESIDENCY_SESSION"
 
-QUIET_LOGGERS = ("transitions", "mcp", "mcp_types", "httpx2", "httpcore2", "uvicorn", "starlette")
-"""Libraries whose info and debug lines stay out of the gateway's stderr at any --log-level."""
+QUIET_LOGGERS = ("transitions", "mcp", "mcp_types", "httpx2", "httpcore2", "uvicorn", "starlette", "bm25s")
+"""Libraries whose info and debug lines stay out of the gateway's stderr at any --log-level.
+
+Their levels are pinned to WARNING, and the stderr handler drops any other library's record
+below WARNING too: a library may set its own level when it is imported (bm25s sets DEBUG), after
+``configure_logging`` ran, and its records reach the root's handler whatever the root's level."""
 
 LOG_FORMAT = "residency: %(levelname)s %(message)s"
 
@@ -78,7 +83,7 @@ Stopping:
   stdio serves until stdin closes (exit status 0). SIGINT (Ctrl-C) and SIGTERM stop
   either transport at once: upstreams are stopped and the store closed, then the exit
   status is 130 (SIGINT) or 143 (SIGTERM). Exit status 2: bad options or config;
-  1: the address cannot be bound.
+  1: the address cannot be bound (taken: choose another --port, or --port 0).
 """
 
 
@@ -159,6 +164,13 @@ class _StderrHandler(logging.StreamHandler[TextIO]):
         self.stream = sys.stderr
         super().emit(record)
 
+    def filter(self, record: logging.LogRecord) -> bool:
+        # Another library's info and debug lines never show, whatever level it set itself.
+        ours = record.name == "residency" or record.name.startswith("residency.")
+        if not ours and record.levelno < logging.WARNING:
+            return False
+        return super().filter(record)
+
     def format(self, record: logging.LogRecord) -> str:
         # The whole line, traceback included: a library may put a secret in a message or an
         # exception, and its records reach this handler too. The message is then one line of
@@ -217,5 +229,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"residency serve: {printable_lines(options.secrets.redact(str(exc)))}", file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"residency serve: {printable_lines(options.secrets.redact(str(exc)))}", file=sys.stderr)
+        message = _bind_problem(exc, options.host, options.port) if args.transport == "http" else None
+        shown = message or printable_lines(options.secrets.redact(str(exc)))
+        print(f"residency serve: {shown}", file=sys.stderr)
         return 1
+
+
+def _bind_problem(exc: OSError, host: str, port: int) -> str | None:
+    """One line saying why the HTTP address cannot be bound and what to do, or None."""
+    address = printable(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot listen on {address}: the address is already in use (another program, or "
+            "another gateway, listens there); choose another --port, or --port 0 for a free one"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return (
+            f"cannot listen on {address}: {printable(host)} is not an address of this machine; "
+            "choose another --host (127.0.0.1 by default)"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"cannot listen on {address}: permission denied (ports below 1024 need privileges); "
+            "choose another --port, or --port 0 for a free one"
+        )
+    return None
