@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric import rsa
+from jwt.warnings import InsecureKeyLengthWarning
 from pydantic import ValidationError
 
 from residency._cli._session_names import find_session, session_key_of
@@ -142,13 +144,35 @@ async def test_a_key_is_used_only_with_an_algorithm_of_its_type() -> None:
 async def test_a_token_signed_by_another_key_with_a_known_kid_is_refused() -> None:
     impostor = SigningKey(FIRST.kid, SECOND.private, "RS256")
     refusal = await refused(validator(issuing(FIRST)), mint(impostor))
-    assert refusal.description == "the token's signature or claims are invalid"
+    assert refusal.description == "the token's signature is invalid"
 
 
 async def test_garbage_is_refused_as_malformed() -> None:
     v = validator(issuing(FIRST))
     for token in ("a.b.c", "....", "x" * 20_000, "eyJhbGciOiJSUzI1NiJ9.e30.", "not-a-jwt"):
         assert (await refused(v, token)).error == "invalid_token"
+
+
+async def test_odd_claim_types_headers_and_spellings_are_malformed() -> None:
+    v = validator(issuing(FIRST))
+    for overrides in ({"exp": "tomorrow"}, {"exp": True}, {"nbf": [1]}):
+        assert (await refused(v, mint(FIRST, **overrides))).description == "the token is malformed"
+    assert (await refused(v, mint(FIRST, aud={"a": RESOURCE}))).error == "invalid_token"
+    crit = mint(FIRST, header={"crit": ["exp"], "exp": 1})
+    assert (await refused(v, crit)).description == "the token is malformed"
+    head, body, signature = mint(FIRST).split(".")
+    # The last character of a 256-byte signature carries 4 unused bits: set one of them.
+    bent = signature[:-1] + ("B" if signature[-1] == "A" else "A")
+    assert (await refused(v, f"{head}.{body}.{bent}")).error == "invalid_token"
+    assert (await refused(v, f"{head}.{body}.{signature}=")).description == "the token is malformed"
+
+
+async def test_an_rsa_key_under_2048_bits_is_not_used() -> None:
+    weak = SigningKey("weak", rsa.generate_private_key(public_exponent=65537, key_size=1024), "RS256")
+    with pytest.warns(InsecureKeyLengthWarning):  # PyJWT warns when it signs with one
+        token = mint(weak)
+    refusal = await refused(validator(issuing(weak)), token)
+    assert refusal.description == "the token's signing key is not the issuer's"
 
 
 async def test_a_missing_scope_is_insufficient_scope() -> None:
@@ -390,3 +414,20 @@ def test_store_commands_find_a_key_under_an_oauth_identity() -> None:
     sid = f"gateway/{identity}/mine"
     assert session_key_of(sid) == "mine"
     assert find_session(["desk", sid], "mine", where="s.db") == sid
+
+
+async def test_a_remembered_token_is_still_refused_once_expired_or_its_key_withdrawn() -> None:
+    issuer = issuing(FIRST, SECOND)
+    clock, wall = Clock(), Clock(now=time.time())
+    v = TokenValidator(settings(leeway=10, jwks_max_age=600), fetch=issuer, clock=clock, wallclock=wall)
+    short = mint(FIRST, exp=int(wall.now) + 60)
+    for _ in range(3):
+        await v.validate(short)
+    wall.now += 75
+    assert (await refused(v, short)).description == "the token has expired"
+    long = mint(SECOND, exp=int(wall.now) + 3600)
+    await v.validate(long)
+    issuer.publish(FIRST)
+    clock.now += 601  # the key set is fetched again: SECOND is gone
+    assert (await refused(v, long)).description == "the token's signing key is not the issuer's"
+    assert len(issuer.fetched) == 2

@@ -12,7 +12,8 @@ Rules:
   failed fetch keeps the last good set and counts against the cooldown like a good one.
 - A key is used only with an algorithm of its own type (``RS*``/``PS*`` with RSA, ``ES256``
   with P-256, ``EdDSA`` with Ed25519, ...), and only with its own ``alg`` when it names one.
-  Symmetric (``oct``) keys are never loaded.
+  Symmetric (``oct``) keys are never loaded, nor keys shorter than their algorithm asks (RSA
+  under 2048 bits).
 """
 
 from __future__ import annotations
@@ -252,6 +253,8 @@ class JwksCache:
                 parsed = PyJWK(dict(jwk), algorithm=alg)
             except PyJWKError:
                 return None
+            if parsed.Algorithm.check_key_length(parsed.key) is not None:
+                return None  # e.g. an RSA key under 2048 bits
             self._parsed[(kid, alg)] = parsed
         return parsed
 
