@@ -8,10 +8,10 @@ the same process, or serve it with ``serve_stdio`` or ``serve_http``::
     from residency.demo import IncidentDesk
     from residency.gateway import Gateway, parse_config
 
-    config = parse_config('{"residency": {"pinned": ["list_incidents"]}}')
-    async with Gateway(config, upstreams={"desk": IncidentDesk().server}) as gateway:
-        async with Client(gateway.server) as client:
-            tools = await client.list_tools()
+    config = parse_config('{"residency": {"pinned": ["list_incidents", "get_incident"]}}')
+    gateway = Gateway(config, upstreams={"desk": IncidentDesk().server})
+    async with gateway, Client(gateway.server) as client:
+        tools = await client.list_tools()  # the pinned tools, then the meta-tools
 """
 
 from __future__ import annotations
