@@ -1,25 +1,20 @@
-"""``residency config check``, the README's Configuration section, and the host samples."""
+"""``residency config check`` and the host samples (the config reference is tested in tests/docs)."""
 
 from __future__ import annotations
 
 import json
 import re
 import sys
-import types
-import typing
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
 
 from residency import ConfigError
 from residency._cli import build_parser, main
 from residency._gateway import load_config
-from residency._gateway._config import VSCODE_HINT, GatewayConfig
+from residency._gateway._config import VSCODE_HINT
 from tests._timing import scaled
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -282,97 +277,6 @@ def test_a_check_does_not_create_the_configured_store(
     done = check(capsys, str(path))
     assert done.returncode == 0, done.stderr
     assert not db.exists()
-
-
-# -- the README documents every key --------------------------------------------------------------
-
-
-def configuration_section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("\n## Configuration\n")
-    return text[start : text.index("\n## ", start + 1)]
-
-
-def documented_rows() -> dict[str, str]:
-    rows: dict[str, str] = {}
-    for line in configuration_section().splitlines():
-        found = re.match(r"\| `([^`]+)` \|", line)
-        if found:
-            assert found.group(1) not in rows, f"{found.group(1)} is documented twice"
-            rows[found.group(1)] = line
-    return rows
-
-
-def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield annotation
-    for arg in typing.get_args(annotation):
-        yield from _models_in(arg)
-
-
-_NESTED_SECTIONS = ("BudgetSettings", "SpanSettings", "HTTPSettings")
-
-
-def config_keys(model: type[BaseModel] = GatewayConfig, prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
-    """Every key a config file may hold, as the README names it, with its field."""
-    for name, field in model.model_fields.items():
-        if model is GatewayConfig and name == "source":
-            continue  # set by the loader to name the file in errors; not a key of the file
-        key = field.alias or name
-        yield prefix + key, field
-        for inner in _models_in(field.annotation):
-            # Server entries are documented by their own keys; the residency section's nested
-            # sections (budget, spans, http) by their dotted paths.
-            nested = f"{prefix}{key}." if inner.__name__ in _NESTED_SECTIONS else ""
-            yield from config_keys(inner, nested)
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, tuple):
-        value = list(value)
-    return f"`{json.dumps(value)}`"
-
-
-def _literals(annotation: Any) -> list[Any]:
-    if typing.get_origin(annotation) is typing.Literal:
-        return list(typing.get_args(annotation))
-    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
-        return [v for a in typing.get_args(annotation) for v in _literals(a)]
-    return []
-
-
-def test_the_readme_documents_every_config_key_with_its_default_and_values() -> None:
-    rows = documented_rows()
-    keys = list(config_keys())
-    assert {k for k, _ in keys} >= {"mcpServers", "command", "url", "budget.idle_turns", "ready_wait"}
-    for key, field in keys:
-        if key == "budget":
-            continue  # documented as budget.schema_tokens, budget.argument_tokens, ...
-        assert key in rows, f"README Configuration: no row for `{key}`"
-        row = rows[key]
-        if field.is_required():
-            assert "required" in row, row
-        elif not isinstance(field.default, BaseModel):
-            assert _shown(field.default) in row, f"{key}: default {_shown(field.default)} not in: {row}"
-        for value in _literals(field.annotation):
-            assert f'"{value}"' in row, f"{key}: accepted value {value!r} not in: {row}"
-
-
-def test_the_readme_documents_no_key_the_code_does_not_accept() -> None:
-    known = {key for key, _ in config_keys()}
-    assert set(documented_rows()) <= known
-
-
-def test_the_readme_json_snippets_parse() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("\n## Configuration\n")
-    end = text.index("\n## ", text.index("\n## Connecting a host\n") + 1)
-    blocks = re.findall(r"```json\n(.*?)```", text[start:end], flags=re.S)
-    assert len(blocks) >= 4
-    for block in blocks:
-        json.loads(block)
 
 
 # -- host samples --------------------------------------------------------------------------------

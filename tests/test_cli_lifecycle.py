@@ -1,23 +1,16 @@
-"""``residency lifecycle`` prints the diagram the README shows."""
+"""``residency lifecycle`` prints the diagrams generated from the tables (tests/docs checks the docs)."""
 
 from __future__ import annotations
 
 import pytest
 
-from residency import SPAN_LIFECYCLE, TOOL_LIFECYCLE
+from residency import TOOL_LIFECYCLE
 from residency._cli import main
-from tests.conftest import ROOT
 
 
 def test_the_mermaid_output_is_generated_from_the_tool_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lifecycle", "--format", "mermaid"]) == 0
     assert capsys.readouterr().out.strip() == TOOL_LIFECYCLE.mermaid()
-
-
-def test_the_readme_shows_the_current_diagrams() -> None:
-    readme = (ROOT / "README.md").read_text()
-    for lifecycle in (TOOL_LIFECYCLE, SPAN_LIFECYCLE):
-        assert f"```mermaid\n{lifecycle.mermaid()}\n```" in readme
 
 
 def test_the_table_format_lists_every_row(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,150 @@
+"""Benchmark tables built from ``benchmarks/results/*.json`` when the site is built.
+
+Figures only: each bench's measured values with their units and the machine they were measured
+on. What a bench checks its figures against stays in the bench's own output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = (
+    "RESULTS",
+    "bench_figures",
+    "http_flood_table",
+    "isolation_table",
+    "savings_table",
+    "session_table",
+)
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+REFERENCE = "residency-reference"
+
+
+def _load(name: str) -> Any:
+    return json.loads((RESULTS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def number(value: float) -> str:
+    """A figure with as many digits as a shared machine's noise leaves meaningful."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    size = abs(value)
+    if size >= 100 or float(value).is_integer():
+        return f"{value:,.0f}"
+    if size >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def _machine(machine: dict[str, Any]) -> str:
+    cpus, python, platform = (machine.get(k, "?") for k in ("cpus", "python", "platform"))
+    return f"Measured on {cpus} CPUs, Python {python}, {platform}."
+
+
+def bench_figures(name: str) -> str:
+    """Every figure of one bench's result file, in the order it reports them."""
+    parts = []
+    for report in _load(name):
+        rows = ["| figure | value | unit |", "|---|---:|---|"]
+        for figure in report["figures"]:
+            rows.append(f"| {figure['name']} | {number(figure['value'])} | {figure['unit']} |")
+        parts.append("\n".join(rows) + f"\n\n{_machine(report.get('machine', {}))}")
+    return "\n\n".join(parts)
+
+
+def _session() -> dict[str, Any]:
+    [report] = _load("session")
+    data: dict[str, Any] = report["data"]
+    return data
+
+
+def session_table() -> str:
+    """Per trace and strategy: tool tokens, calls gone wrong, and the cached cost of the session."""
+    data = _session()
+    regimes = sorted(next(iter(data["traces"].values()))["cost"]["regimes"])
+    head = (
+        "| trace | strategy | tool tokens | cut vs all-full | "
+        + " | ".join(f"cost vs all-full, results {r}" for r in regimes)
+        + " | tool-list changes | ghost fwd | invalid fwd | failed | re-expansions | searches |"
+    )
+    rows = [head, "|---|---|" + "---:|" * (len(regimes) + 8)]
+    for trace, t in data["traces"].items():
+        for strategy, s in t["strategies"].items():
+            costs = [t["cost"]["regimes"][r]["strategies"][strategy] for r in regimes]
+            rows.append(
+                f"| {trace} | {strategy} | {s['total_tokens']:,} | {s['reduction_vs_all_full']:.1%} | "
+                + " | ".join(f"{c['cost_vs_all_full'][t['cost']['profile']]:.2f}x" for c in costs)
+                + f" | {costs[0]['list_changes']} | {s['ghost_calls_forwarded']} | "
+                f"{s['invalid_calls_forwarded']} | {s['failed_calls']} | "
+                f"{s['reexpansions']} | {s['searches']} |"
+            )
+    profile = next(iter(data["traces"].values()))["cost"]["profile"]
+    return "\n".join(rows) + (
+        f"\n\nCost: every model request of the session priced with the `{profile}` prompt cache, "
+        f"against sending every schema every turn (`all-full`). Tokens: {data['tokenizer']}. "
+        + _machine(data["machine"])
+    )
+
+
+def savings_table() -> str:
+    """What delivery by reference (the default) saves on each shipped session."""
+    data = _session()
+    rows = [
+        "| session | tools | tool tokens cut | cost vs every schema every turn | "
+        "provider tool search's cost | ghost or invalid calls forwarded |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for trace, t in data["traces"].items():
+        mine = t["strategies"][REFERENCE]
+        profile = t["cost"]["profile"]
+        x1 = t["cost"]["regimes"]["x1"]["strategies"]
+        wrong = mine["ghost_calls_forwarded"] + mine["invalid_calls_forwarded"]
+        rows.append(
+            f"| {trace} | {t['tools']} | {mine['reduction_vs_all_full']:.1%} | "
+            f"{x1[REFERENCE]['cost_vs_all_full'][profile]:.2f}x | "
+            f"{x1['defer']['cost_vs_all_full'][profile]:.2f}x | {wrong} |"
+        )
+    return "\n".join(rows)
+
+
+def isolation_table() -> str:
+    d = _load("isolation")
+    return "\n".join(
+        [
+            "| figure | value |",
+            "|---|---:|",
+            f"| rounds | {d['rounds']} |",
+            f"| probe calls, alone / under hostile load | {d['probe_calls_alone']} / "
+            f"{d['probe_calls_loaded']} |",
+            f"| hostile requests per round | {d['hostile_requests']} |",
+            f"| probe p99 alone | {number(d['p99_alone_ms'])} ms |",
+            f"| probe p99 under hostile load | {number(d['p99_loaded_ms'])} ms |",
+            f"| probe max under hostile load | {number(d['max_loaded_ms'])} ms |",
+            f"| time to parse the costliest hostile message | {number(d['parse_floor_ms'])} ms |",
+            f"| p99 loaded / p99 alone (alone floored at the parse time) | {number(d['ratio'])}x |",
+        ]
+    )
+
+
+def http_flood_table() -> str:
+    d = _load("http_flood")
+    rows = [
+        "| scenario | another client's calls, p50 / max at rest | p50 / max under attack "
+        "| RSS growth | log lines |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, s in d["scenarios"].items():
+        rest, attacked = s.get("at_rest", {}), s.get("attacked", {})
+        rows.append(
+            f"| {name} | {number(rest.get('p50_s', 0))} s / {number(rest.get('max_s', 0))} s | "
+            f"{number(attacked.get('p50_s', 0))} s / {number(attacked.get('max_s', 0))} s | "
+            f"{number(s.get('rss_growth_mb', 0))} MB | {s.get('stderr_lines', '')} |"
+        )
+    args = d["args"]
+    return "\n".join(rows) + (
+        f"\n\n{args['connections']:,} idle or slow connections from one address, {args['bodies']} "
+        f"stalled bodies, held {number(args['hold'])} s, the gateway on its default limits."
+    )

@@ -1,0 +1,130 @@
+"""What each key of a gateway config file means, in the user's words.
+
+Names, types, defaults and bounds come from the config models (``docs_gen.reference``); only the
+meaning is written here. The reference page fails to build when the models hold a key with no
+meaning here, or when a meaning names a key the models do not hold.
+"""
+
+from __future__ import annotations
+
+__all__ = ("MEANINGS",)
+
+MEANINGS: dict[str, dict[str, str]] = {
+    "top": {
+        "mcpServers": "the upstream servers, by name. The name, reduced to letters, digits, `_` and "
+        "`-`, prefixes a tool's name when two upstreams offer the same name (`name__tool`); no two "
+        "names may reduce alike",
+        "residency": "the gateway's policy for every downstream session (the table below)",
+    },
+    "stdio": {
+        "type": "the transport; it must agree with `command`",
+        "command": "the program to run. Hosts start the gateway with a short `PATH`: prefer an absolute path",
+        "args": "its arguments",
+        "env": "environment variables for the subprocess, on top of the few it inherits from the "
+        "gateway (`HOME`, `LOGNAME`, `PATH`, `SHELL`, `TERM`, `USER`); anything else it needs, such "
+        "as an API key, goes here. Secret: never shown",
+        "cwd": "the subprocess's working directory (`null`: the gateway's)",
+        "disabled": "keep the entry but do not start it",
+        "timeout": "seconds one call to this upstream may take; wins over `call_timeout` and "
+        "`--timeout` (`null`: `residency.call_timeout`)",
+    },
+    "http": {
+        "type": 'the transport; it must agree with `url` (`"sse"` is not supported)',
+        "url": "the upstream's streamable HTTP endpoint (`http://` or `https://`)",
+        "headers": "HTTP headers sent with every request (e.g. `Authorization`). Secret: never shown",
+        "era": "the protocol era spoken to the upstream. `auto`: the 2026-07-28 era (no handshake, "
+        "JSON bodies) when it answers `server/discover` and its first `tools/list` page has at most "
+        "100 tools and no cursor, else the handshake era; `modern`: 2026-07-28 whenever offered; "
+        "`legacy`: always the handshake era",
+        "max_message_bytes": "the largest server-sent event accepted from the upstream (one "
+        "`tools/list` page is one event); a bigger one fails its start with an error naming this key",
+        "disabled": "keep the entry but do not start it",
+        "timeout": "seconds one call to this upstream may take; wins over `call_timeout` and "
+        "`--timeout` (`null`: `residency.call_timeout`)",
+    },
+    "residency": {
+        "budget.schema_tokens": "the most tokens of tool schemas a session shows per turn (minified, "
+        "counted as the model is sent them)",
+        "budget.argument_tokens": "the argument budget, used only for a host that reports which "
+        'earlier call arguments it dropped (`_meta["residency/evicted_calls"]`); otherwise '
+        "arguments are assumed to stay in the transcript",
+        "budget.idle_turns": "a tool unused for more than this many turns leaves even when the budget "
+        "has room; `null` demotes tools only under budget pressure",
+        "budget.planner": "`stable` adds what the agent needs (a re-expanded tool; a phase's tools, "
+        "together, when it is entered) and removes tools only when the listed ones pass `high_water` "
+        "times the budget, then in one step down to `low_water` times it, so the host's prompt cache "
+        "survives; `greedy` keeps the list to the budget on every call (the list changes often)",
+        "budget.high_water": "stable planner: nothing leaves the list (or the argument budget) until it "
+        "exceeds the budget times this",
+        "budget.low_water": "stable planner: a cut goes down to the budget times this",
+        "pinned": "tools that always stay resident, whatever the budget",
+        "phases": "phase name → tools favoured while the phase is active "
+        "([Tuning the budget](../how-to/budget.md#phases))",
+        "minify": "how resident tools are shown: `full-text` keeps every description, `compact` keeps "
+        "informative prose, `minimal` drops descriptions inside schemas, `none` shows tools as the "
+        "upstream sent them. Every level keeps every validation constraint",
+        "store": "where sessions live: `memory://`, `sqlite:///relative.db`, `sqlite:////absolute.db` "
+        "or `postgresql://...`. With SQLite or PostgreSQL a session survives a restart. A relative "
+        "path is resolved in the directory the host starts the gateway in: use an absolute one. "
+        "`--store` overrides it",
+        "chains": "what a call that would complete an archived fatal tool chain gets: refused, or "
+        "forwarded and logged",
+        "delivery": "how a withheld tool reaches the model: `reference`, the list stays fixed and "
+        "schemas arrive in `search_tools`/`reexpand_tools` results; `list`, it joins the session's "
+        "tool list; `auto`, `call_tool` listed from the start, by reference once the client cannot "
+        "see a changed list ([Delivery](../explanation/cache-economics.md))",
+        "call_timeout": "seconds an upstream call may take before the agent is told it timed out; "
+        "`--timeout` overrides it",
+        "startup_timeout": "seconds one upstream may take to start and list its tools",
+        "ready_wait": "seconds the gateway waits for starting upstreams before it serves; one that is "
+        "ready later joins, and clients are told the list changed",
+        "search_wait": "seconds, at most, the gateway then waits for its catalog's search vectors, "
+        "within what is left of `ready_wait`; BM25 answers searches until they are ready",
+        "relist_interval": "a call re-lists its upstream before it is forwarded when the last listing "
+        "is older than this many seconds; a change made without `tools/list_changed` is noticed within "
+        "it (0: every call)",
+        "token": "the bearer token the HTTP transport requires; `--token` and then `RESIDENCY_TOKEN` "
+        "override it. Prefer the environment variable to a token in a file",
+        "allowed_hosts": "names clients may reach the HTTP gateway by besides the bound address (the "
+        "`Host` check answers others 421); bound to `0.0.0.0` or `::`, loopback and the machine's own "
+        "names and addresses are allowed already. `--allowed-host NAME` adds more",
+        "http": "limits of the HTTP transport (the `http.` keys below). Each per-client cap must not "
+        "exceed its total; behind a load balancer raise the `_per_client` caps to the totals",
+        "http.header_timeout": "seconds a connection may take to send a request's complete headers, "
+        "after it opened or after the first byte of a later request, before it is closed",
+        "http.idle_timeout": "seconds a connection may stay without a request after a response",
+        "http.body_timeout": "seconds a request's body may take to arrive after its headers; later "
+        "is answered 408",
+        "http.max_body_bytes": "the largest request body; a larger one is answered 413 without being "
+        "read further, chunked or not. At most `http.body_budget_per_client_bytes`",
+        "http.body_budget_bytes": "bytes of request bodies being received at once, over all clients; "
+        "a body that would pass it is answered 503 with `Retry-After: 1`",
+        "http.body_budget_per_client_bytes": "the same for one client address",
+        "http.max_connections": "open connections over all clients; a new one past it is closed at "
+        "once. Kept under what the file-descriptor limit allows",
+        "http.max_connections_per_client": "open connections from one client address",
+        "http.max_requests": "requests in flight over all clients (an open SSE stream is one); a new "
+        "one past it is answered 503 with `Retry-After: 1`",
+        "http.max_requests_per_client": "requests in flight from one client address",
+        "read_only": "tools to list as read-only (`readOnlyHint: true`, `destructiveHint: false`) "
+        "whatever their upstream says",
+        "mutating": "tools to list as mutations (`readOnlyHint: false`); tools with no annotations "
+        "already count as mutations. A tool cannot be in both lists",
+        "spans": "large upstream results: offloaded to the store, shown as a preview and a link "
+        "([Spans](../how-to/spans.md))",
+        "spans.offload_tokens": "a successful text result over this many tokens is written to the "
+        "store first; the client gets a preview, its size and a `residency://spans/{id}` link. "
+        "`null`: off",
+        "spans.preview_chars": "how many characters of an offloaded result the client is shown",
+        "spans.tags": 'tool → tags for its results, e.g. `"describe_table": ["constraint"]` (a '
+        "precondition span: kept by pointer, never dropped); a tool with a rule has every successful "
+        "text result recorded as a span",
+        "revoke_command": "the revocation hook: a program and its arguments, run once per credential "
+        "reference of a chain archived through the gateway, the reference in place of each `{ref}` "
+        "(appended when no argument holds one); no shell; exit status 0 means revoked",
+        "revoke_timeout": "seconds the revocation hook may take; longer counts as a failed revocation",
+        "max_subscriptions": "resource subscriptions one client connection may hold, and resource URIs "
+        "one `subscriptions/listen` filter may name; past it a subscription is refused "
+        "(`subscription_limit`)",
+    },
+}
