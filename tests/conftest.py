@@ -8,6 +8,8 @@ CI does; a ``-m`` expression of your own also runs what it selects at full stren
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,17 @@ from hypothesis import settings
 from tests import _tiers
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT.parent / "shared" / "corpora" / "dev"
+CORPUS_ENV = "RESIDENCY_CORPUS"
+
+
+def corpus_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """The dev corpus: ``$RESIDENCY_CORPUS`` when set, else ``../shared/corpora/dev`` beside the
+    checkout (the benchmarks' rule, ``benchmarks/bench/_corpus.py``)."""
+    given = environ.get(CORPUS_ENV)
+    return Path(given) if given else ROOT.parent / "shared" / "corpora" / "dev"
+
+
+CORPUS = corpus_dir()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,12 +75,13 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def load_corpus() -> dict[str, list[dict[str, Any]]]:
-    """The dev corpus: server name -> tools. Skips if the corpus is not beside the checkout."""
-    if not CORPUS.is_dir():
-        pytest.skip(f"dev corpus not found at {CORPUS}")
+def load_corpus(corpus: Path | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The dev corpus (``CORPUS`` unless given): server name -> tools. Skips if it is absent."""
+    corpus = CORPUS if corpus is None else corpus
+    if not corpus.is_dir():
+        pytest.skip(f"dev corpus not found at {corpus} (set {CORPUS_ENV} to its folder)")
     out = {}
-    for path in sorted(CORPUS.glob("*.json")):
+    for path in sorted(corpus.glob("*.json")):
         data = json.loads(path.read_text())
         out[path.stem] = data["tools"]
     return out
