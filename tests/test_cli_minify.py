@@ -87,6 +87,20 @@ def test_verify_passes_for_the_minifier(tmp_path: Path, capsys: pytest.CaptureFi
     assert "every verdict agreed" in capsys.readouterr().err
 
 
+def test_verify_without_hypothesis_jsonschema_is_refused_with_the_install_hint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A None entry in sys.modules is how Python itself makes an import fail: as if not installed.
+    monkeypatch.setitem(sys.modules, "hypothesis_jsonschema", None)
+    out = tmp_path / "minified.json"
+    assert main(["minify", str(write(tmp_path, TOOLS)), "--verify", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "pip install hypothesis-jsonschema" in err and "--verify" in err
+    assert not out.exists()  # refused before anything is written
+    # Without --verify the command needs no such package.
+    assert main(["minify", str(write(tmp_path, TOOLS)), "-o", str(out)]) == 0
+
+
 @pytest.mark.parametrize(
     "text",
     ["not json {", json.dumps({"server": "x"}), json.dumps({"tools": {"a": 1}}), json.dumps(3)],

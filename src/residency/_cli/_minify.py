@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from residency._core._minify import LEVELS, MinifyReport, minify_tool_with_report, model_view
+from residency._core._minify import DEFAULT_LEVEL, LEVELS, MinifyReport, minify_tool_with_report, model_view
 from residency._errors import InvalidInput
 from residency._text import printable
 
@@ -29,7 +29,8 @@ exit codes:
   0  every tool minified (and, with --verify, every verdict agreed)
   1  --verify found a disagreement, or --keep-going skipped a bad tool
   2  bad usage or bad input (not JSON, no tools, a bad tool without --keep-going,
-     an unwritable output); nothing is written
+     an unwritable output, --verify without hypothesis-jsonschema installed); nothing
+     is written
 """
 
 
@@ -45,9 +46,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--level",
         choices=LEVELS,
-        default="compact",
-        help="full-text: decoration only; compact (default): informative prose only; minimal: no "
-        "descriptions inside schemas",
+        default=DEFAULT_LEVEL,
+        help=f"full-text: decoration only; compact: informative prose only; minimal: no "
+        f"descriptions inside schemas (default: {DEFAULT_LEVEL})",
     )
     p.add_argument("-o", "--output", metavar="OUT", type=Path, help="write here instead of stdout")
     p.add_argument("--report", action="store_true", help="print tokens before/after per tool to stderr")
@@ -127,6 +128,28 @@ def _table(rows: list[tuple[str, int, int, str]], level: str) -> Table:
     return table
 
 
+VERIFY_INSTALL = "pip install hypothesis-jsonschema"
+"""How to get what ``--verify`` draws instances with."""
+
+
+def _verifier_missing() -> str | None:
+    """Why ``--verify`` cannot run here (its instance generator is not installed), or None.
+
+    Without it only targeted mutations would be checked, far from the drawn instances the
+    verification promises: the command refuses rather than pass on less.
+    """
+    import importlib
+
+    try:
+        importlib.import_module("hypothesis_jsonschema")
+    except ImportError as exc:
+        return (
+            f"--verify needs hypothesis-jsonschema, which cannot be imported here ({exc}); "
+            f"install it ({VERIFY_INSTALL}) or leave out --verify"
+        )
+    return None
+
+
 def _pct(before: int, after: int) -> str:
     return f"{100 * (before - after) / before:.1f}%" if before else "-"
 
@@ -143,6 +166,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     verify = None
     if args.verify:
+        missing = _verifier_missing()
+        if missing is not None:
+            return _fail(missing)
         from residency._verify import verify_tool
 
         verify = verify_tool

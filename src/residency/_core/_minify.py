@@ -44,6 +44,7 @@ from residency._core._minify_text import normalize_prose, opening, parameter_not
 from residency._errors import InvalidInput, SchemaError
 
 __all__ = [
+    "DEFAULT_LEVEL",
     "LEVELS",
     "MINIFY_ALIASES",
     "MINIFY_LEVELS",
@@ -59,6 +60,10 @@ MinifyLevel = Literal["full-text", "compact", "minimal"]
 """How much prose a minified schema keeps. Every level keeps every constraint."""
 
 LEVELS: tuple[MinifyLevel, ...] = get_args(MinifyLevel)
+DEFAULT_LEVEL: MinifyLevel = "compact"
+"""The level everything minifies at unless told otherwise: ``minify_tool``, ``Session``,
+``residency minify`` and the gateway's ``residency.minify``. Every constraint and the prose a
+name and type do not say are kept; it is the level the benchmarks measure."""
 MINIFY_LEVELS: tuple[str, ...] = ("none", *LEVELS)
 """The gateway config's minify levels: ``LEVELS``, or ``none`` for tools as sent."""
 MINIFY_ALIASES = {"lossless": "full-text"}
@@ -288,7 +293,11 @@ def _check_refs(schema: Mapping[str, Any], tool: str, where: str) -> None:
 
 
 def minify_schema(
-    schema: Mapping[str, Any], level: MinifyLevel = "compact", *, tool: str = "", where: str = "/inputSchema"
+    schema: Mapping[str, Any],
+    level: MinifyLevel = DEFAULT_LEVEL,
+    *,
+    tool: str = "",
+    where: str = "/inputSchema",
 ) -> tuple[dict[str, Any], Counter[str]]:
     """Minify one tool input schema; returns the schema and what changed (counts by kind).
 
@@ -328,7 +337,7 @@ def _check_level(level: object) -> MinifyLevel:
 
 
 def minify_tool_with_report(
-    tool: Mapping[str, Any], level: MinifyLevel = "compact", *, where: str = ""
+    tool: Mapping[str, Any], level: MinifyLevel = DEFAULT_LEVEL, *, where: str = ""
 ) -> tuple[dict[str, Any], MinifyReport]:
     """Minify one MCP tool definition and say what was removed.
 
@@ -376,7 +385,7 @@ def minify_tool_with_report(
     return out, MinifyReport(name, lvl, tuple(sorted(changes.items())))
 
 
-def minify_tool(tool: Mapping[str, Any], level: MinifyLevel = "compact") -> dict[str, Any]:
+def minify_tool(tool: Mapping[str, Any], level: MinifyLevel = DEFAULT_LEVEL) -> dict[str, Any]:
     """Minify one MCP tool definition without losing a validation constraint.
 
     Args:

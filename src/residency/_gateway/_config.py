@@ -32,7 +32,7 @@ from pydantic import (
     field_validator,
 )
 
-from residency._core._minify import MINIFY_ALIASES, MINIFY_LEVELS
+from residency._core._minify import DEFAULT_LEVEL, MINIFY_ALIASES, MINIFY_LEVELS
 from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
 from residency._gateway._aggregate import check_server_names
@@ -145,8 +145,9 @@ class ResidencySettings(_Strict):
         pinned: tool names (as the gateway lists them) that always stay resident.
         phases: phase name -> tool names favoured while that phase is active.
         minify: how resident tools are shown: one of the core's levels (``minify_tool``'s
-            ``LEVELS``: ``full-text``, every description kept; ``compact``; ``minimal``; each
-            keeps every validation constraint), or ``none`` (as the upstream sent them).
+            ``LEVELS``: ``full-text``, every description kept; ``compact``, the default, as for
+            ``minify_tool`` and ``Session``; ``minimal``; each keeps every validation
+            constraint), or ``none`` (as the upstream sent them).
             ``lossless``, an older spelling of ``full-text``, is still read as ``full-text``.
         store: where sessions live (``memory://``, ``sqlite:///path.db`` or ``postgresql://...``).
         chains: what a call that would complete an archived fatal chain gets: refused, or
@@ -184,7 +185,7 @@ class ResidencySettings(_Strict):
     budget: BudgetSettings = BudgetSettings()
     pinned: tuple[str, ...] = ()
     phases: dict[str, tuple[str, ...]] = {}
-    minify: Literal["none", "full-text", "compact", "minimal"] = "full-text"
+    minify: Literal["none", "full-text", "compact", "minimal"] = DEFAULT_LEVEL
     store: str = "memory://"
     chains: Literal["refuse", "warn"] = "refuse"
     delivery: Literal["list", "reference", "auto"] = "reference"
