@@ -93,6 +93,7 @@ async def test_the_ready_lines_say_what_was_found_and_how_to_stop_and_no_resume_
         f"residency: ready: {len(DESK)} tools from 1 upstream; listed {len(DEMO_WORKING_SET)} pinned + "
         f"4 meta-tools, {withheld} withheld (search_tools finds them, call_tool calls them)"
     ) in lines
+    assert lines[-1].startswith("residency: ready: ")  # the last line: the client can come
     assert "residency: stop with Ctrl-C or by closing stdin" in lines
     assert not any("resume with" in line for line in lines)  # memory:// keeps nothing
     assert len(lines) <= 12  # short enough to read at a glance

@@ -294,11 +294,10 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
         lines.append(f"session {key} for every request that names none")
     else:
         lines.append("sessions: one per client (see 'residency serve --help': Who a session is)")
-    lines.append(printable(_ready_line(gateway)))
-    if options.transport == "stdio":
-        lines.append("stop with Ctrl-C or by closing stdin")
-    else:
-        lines.append("stop with Ctrl-C")
+    lines.append(
+        "stop with Ctrl-C or by closing stdin" if options.transport == "stdio" else "stop with Ctrl-C"
+    )
+    lines.append(printable(_ready_line(gateway)))  # last: what a client finds, once it is all up
     return "\n".join(f"residency: {line}" for line in lines)
 
 
