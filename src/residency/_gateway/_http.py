@@ -23,6 +23,11 @@ With a token, every request must carry ``Authorization: Bearer <token>`` (compar
 time); others get 401 and never reach MCP. A request that passes is marked with the token's
 identity (``IDENTITY_STATE`` in the ASGI scope's state), to which ``_connection`` binds the
 session keys it names.
+With ``residency.auth`` instead (``auth``), the gateway is an OAuth 2.1 resource server: every
+request carries an access token its authorization server issued for this resource, checked by
+``_oauth_http.OAuthBearer`` in the token's place; the identity is the token's principal (its
+issuer, subject and client), and ``/.well-known/oauth-protected-resource`` (also followed by
+the MCP path) tells clients where to get one. A static token and ``auth`` are never mixed.
 
 Responses. By default each request is answered with an SSE stream, which can carry the
 request's own notifications before its answer. With ``RESIDENCY_HTTP_RESPONSES=json`` in the
@@ -81,6 +86,8 @@ from residency._gateway._connection import IDENTITY_STATE, token_identity
 from residency._gateway._http_guard import Admission, BoundedBody, Front, raise_fd_limit
 from residency._gateway._http_help import SessionHint, root_page
 from residency._gateway._http_limits import Caps, HTTPSettings
+from residency._gateway._oauth_config import OAuthSettings
+from residency._gateway._oauth_http import OAuthBearer
 from residency._gateway._request_ids import RequestIds
 from residency._gateway._resources import upstream_status
 from residency._gateway._server import Gateway
@@ -290,6 +297,7 @@ def http_app(
     json_response: bool | None = None,
     allowed_hosts: Sequence[str] = (),
     front: Front | None = None,
+    auth: OAuthSettings | None = None,
 ) -> ASGIApp:
     """The gateway's ASGI app: ``/mcp`` (streamable HTTP), ``/``, ``/healthz``, ``/metrics``.
 
@@ -302,13 +310,18 @@ def http_app(
         allowed_hosts: more names the ``Host`` check allows (see ``_security``).
         front: the request and body limits and what clients hold against them (see
             ``_http_guard``); None: the default ``residency.http`` settings.
+        auth: OAuth access tokens instead of a static token (``residency.auth``), or None.
 
     Raises:
-        ConfigError: ``token`` is the empty string (None means no token), or ``RESPONSES_ENV``
-            holds an unknown value.
+        ConfigError: ``token`` is the empty string (None means no token), both ``token`` and
+            ``auth`` are given, or ``RESPONSES_ENV`` holds an unknown value.
     """
     if token == "":
         raise ConfigError("the bearer token is empty, which would turn authentication off", where="token")
+    if token and auth is not None:
+        raise ConfigError(
+            "a static bearer token and residency.auth (OAuth) cannot be mixed: use one", where="token"
+        )
     if json_response is None:
         json_response = json_responses()
     if front is None:
@@ -321,7 +334,7 @@ def http_app(
         json_response=json_response,
         host=host,
         transport_security=security,
-        custom_starlette_routes=_operator_routes(gateway, security, token=bool(token)),
+        custom_starlette_routes=_operator_routes(gateway, security, token=bool(token) or auth is not None),
         max_request_body_size=front.settings.max_body_bytes,
     )
     # The SDK's "Missing session ID" answer says what to send instead.
@@ -332,6 +345,8 @@ def http_app(
     app = BoundedBody(app, front)
     if token:
         app = BearerToken(app, token)
+    elif auth is not None:
+        app = OAuthBearer(app, auth, mcp_path=MCP_PATH)
     app = Admission(app, front, security)
     return app
 
@@ -364,10 +379,11 @@ async def serve_http(
     json_response: bool | None = None,
     allowed_hosts: Sequence[str] = (),
     limits: HTTPSettings | None = None,
+    auth: OAuthSettings | None = None,
 ) -> None:
     """Serve the gateway on ``sock`` until cancelled (uvicorn on the running event loop).
 
-    ``json_response`` and ``allowed_hosts`` are passed to ``http_app``. ``limits`` (None: the
+    ``json_response``, ``allowed_hosts`` and ``auth`` are passed to ``http_app``. ``limits`` (None: the
     defaults) bound connections, requests, bodies and their timeouts (``_http_guard``,
     ``_http_protocol``). The process's soft file-descriptor limit is raised toward its hard
     limit, and the connection caps are kept under it (``Caps.under``). For as long as it
@@ -381,7 +397,7 @@ async def serve_http(
 
     from residency._gateway._http_protocol import guarded_protocol
 
-    problem = exposure_problem(host, token, insecure=insecure)
+    problem = exposure_problem(host, token, insecure=insecure or auth is not None)
     if problem is not None:
         raise ConfigError(problem, where="host")
     settings = limits if limits is not None else HTTPSettings()
@@ -402,6 +418,7 @@ async def serve_http(
         json_response=json_response,
         allowed_hosts=allowed_hosts,
         front=front,
+        auth=auth,
     )
     # log_config=None: uvicorn's records go through the process's own handlers (which scrub
     # secrets, see ``residency._cli._serve``) instead of handlers of its own. ws="none": MCP has
