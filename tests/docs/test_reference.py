@@ -104,3 +104,12 @@ def test_the_docs_show_the_current_lifecycle_diagrams() -> None:
 def test_an_unknown_generator_is_an_error() -> None:
     with pytest.raises(KeyError, match="no docs generator"):
         render("<!-- gen: nothing -->")
+
+
+@pytest.mark.parametrize("name", ["search", "chains", "offload", "fleet"])
+def test_benchmark_tables_show_figures_not_verdicts_nor_earlier_implementations(name: str) -> None:
+    from docs_gen.benchmarks import bench_figures
+
+    table = bench_figures(name)
+    assert table.count("\n|") >= 3
+    assert not re.search(r"\bmeets\b|\bold\b|MISSED|\|\s*(True|False)\s*\|", table)
