@@ -30,6 +30,7 @@ from pydantic import (
     SecretStr,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from residency._core._minify import DEFAULT_LEVEL, MINIFY_ALIASES, MINIFY_LEVELS
@@ -38,6 +39,7 @@ from residency._errors import ConfigError
 from residency._gateway._aggregate import check_server_names
 from residency._gateway._config_problems import Problems, line_of, validate
 from residency._gateway._http_limits import HTTPSettings
+from residency._gateway._oauth_config import OAuthSettings
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
 
 __all__ = [
@@ -167,6 +169,9 @@ class ResidencySettings(_Strict):
         relist_interval: seconds after which a call re-lists its upstream before forwarding;
             a change made without ``tools/list_changed`` is noticed within it (0: every call).
         token: bearer token required by the HTTP transport (``--token`` overrides it).
+        auth: the HTTP transport as an OAuth 2.1 resource server instead: the authorization
+            server, this gateway's resource URI, scopes, algorithms (see ``OAuthSettings``).
+            Set ``token`` or ``auth``, not both.
         allowed_hosts: more host names (or addresses) the HTTP transport's ``Host`` check allows
             besides the bound address, e.g. the DNS name clients use (``--allowed-host`` adds).
         http: limits of the HTTP transport: timeouts, connection, request and body caps (see
@@ -195,6 +200,7 @@ class ResidencySettings(_Strict):
     search_wait: float = Field(default=DEFAULT_READY_WAIT, ge=0)
     relist_interval: float = Field(default=30.0, ge=0)
     token: SecretStr | None = None
+    auth: OAuthSettings | None = None
     allowed_hosts: tuple[str, ...] = ()
     http: HTTPSettings = HTTPSettings()
     read_only: tuple[str, ...] = ()
@@ -203,6 +209,15 @@ class ResidencySettings(_Strict):
     revoke_command: tuple[str, ...] = ()
     revoke_timeout: float = Field(default=10.0, gt=0, le=600)
     max_subscriptions: int = Field(default=256, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> ResidencySettings:
+        if self.token is not None and self.auth is not None:
+            raise ValueError(
+                "set token (one shared bearer token) or auth (OAuth access tokens), not both: "
+                "each is a whole way of authenticating callers"
+            )
+        return self
 
     def revoker(self, redact: Callable[[str], str] | None = None) -> Callable[[str], bool] | None:
         """The configured revocation hook as a ``Session`` callback, or None.
@@ -343,6 +358,9 @@ class GatewayConfig(_Strict):
             values.extend(v.get_secret_value() for v in found.values())
         if self.residency.token is not None:
             values.append(self.residency.token.get_secret_value())
+        auth = self.residency.auth
+        if auth is not None and auth.introspection is not None:
+            values.append(auth.introspection.client_secret.get_secret_value())
         return Secrets(values)
 
 
