@@ -20,8 +20,9 @@ when its ``id`` appears in its first 64 KiB, and the gateway reads on.
 
 Exposure. Over HTTP the token comes from ``--token``, else ``RESIDENCY_TOKEN``, else the
 config's ``residency.token`` (the first one given wins, even empty); it must pass
-``token_problem`` (at least 16 visible ASCII characters). Without one, ``serve`` binds only
-loopback unless ``--insecure`` is given (``exposure_problem``).
+``token_problem`` (at least 16 visible ASCII characters). With ``residency.auth`` (OAuth access
+tokens) no static token may be given, from any of the three. Without either, ``serve`` binds
+only loopback unless ``--insecure`` is given (``exposure_problem``).
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from residency._gateway._config import (
 from residency._gateway._demo import IncidentDesk
 from residency._gateway._http import bind, exposure_problem, is_loopback, serve_http, token_problem
 from residency._gateway._meta_tools import listed_meta_tools
+from residency._gateway._oauth_config import OAuthSettings
 from residency._gateway._search import SearchStatus
 from residency._gateway._server import Gateway
 from residency._gateway._upstream import Upstream
@@ -145,6 +147,8 @@ class ServeOptions:
     """Host names the HTTP ``Host`` check allows besides the bound address (config and CLI)."""
     session: str | None = None
     token: str | None = None
+    auth: OAuthSettings | None = None
+    """OAuth access tokens instead of ``token`` (``residency.auth``, HTTP only)."""
     timeout: float | None = None
     demo: bool = False
     secrets: Secrets = field(default_factory=Secrets)
@@ -178,9 +182,16 @@ class ServeOptions:
                 raise ConfigError(f"--allowed-host: {problem}", where="--allowed-host")
         allowed_hosts = tuple(dict.fromkeys([*config.residency.allowed_hosts, *args.allowed_host]))
         token = _token(args, environ, config) if args.transport == "http" else None
+        auth = config.residency.auth if args.transport == "http" else None
+        if token and auth is not None:
+            raise ConfigError(
+                f"{config.source} sets residency.auth (OAuth), so a static bearer token (--token or "
+                f"{TOKEN_ENV}) cannot be used as well: drop one",
+                where="--token" if args.token is not None else TOKEN_ENV,
+            )
         insecure = bool(args.insecure)
         if args.transport == "http":
-            problem = exposure_problem(args.host, token, insecure=insecure)
+            problem = exposure_problem(args.host, token, insecure=insecure or auth is not None)
             if problem is not None:
                 raise ConfigError(problem, where="--host")
         session = args.session or environ.get("RESIDENCY_SESSION") or None
@@ -197,6 +208,7 @@ class ServeOptions:
             allowed_hosts=allowed_hosts,
             session=session,
             token=token,
+            auth=auth,
             timeout=args.timeout,
             demo=demo,
             secrets=secrets,
@@ -266,8 +278,13 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
     if options.transport == "http":
         where = f" at {url}" if url else f" on {options.host}:{options.port}"
         auth = ", bearer token required" if options.token else ""
+        if options.auth is not None:
+            auth = (
+                f", OAuth access tokens from {printable(options.auth.issuer)} required "
+                f"(resource {printable(options.auth.resource)})"
+            )
         lines.append(f"transport http{where}{auth}")
-        if not options.token and not is_loopback(options.host):
+        if not options.token and options.auth is None and not is_loopback(options.host):
             lines.append(
                 f"WARNING: no bearer token on {options.host} (--insecure): whoever can reach it can "
                 "call every upstream tool"
@@ -453,6 +470,7 @@ async def _run_gateway(options: ServeOptions) -> None:
             started=started,
             allowed_hosts=options.allowed_hosts,
             limits=options.config.residency.http,
+            auth=options.auth,
         )
 
 
