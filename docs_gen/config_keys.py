@@ -84,7 +84,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "is older than this many seconds; a change made without `tools/list_changed` is noticed within "
         "it (0: every call)",
         "token": "the bearer token the HTTP transport requires; `--token` and then `RESIDENCY_TOKEN` "
-        "override it. Prefer the environment variable to a token in a file",
+        "override it. Prefer the environment variable to a token in a file. Set `token` or `auth`, "
+        "not both",
         "allowed_hosts": "names clients may reach the HTTP gateway by besides the bound address (the "
         "`Host` check answers others 421); bound to `0.0.0.0` or `::`, loopback and the machine's own "
         "names and addresses are allowed already. `--allowed-host NAME` adds more",
@@ -106,6 +107,38 @@ MEANINGS: dict[str, dict[str, str]] = {
         "http.max_requests": "requests in flight over all clients (an open SSE stream is one); a new "
         "one past it is answered 503 with `Retry-After: 1`",
         "http.max_requests_per_client": "requests in flight from one client address",
+        "auth": "the HTTP front as an OAuth 2.1 resource server: every request carries an access "
+        "token the authorization server (`issuer`) issued for this gateway (`resource`), checked in "
+        "the place of the static `token` (set one or the other, not both). OAuth counts as "
+        "authentication for binding beyond loopback. `null`: off",
+        "auth.issuer": "the authorization server, exactly as its tokens' `iss` and its metadata name "
+        "it (`https://`, or `http://` on this machine)",
+        "auth.resource": "this gateway's resource URI, as clients reach its MCP endpoint (e.g. "
+        "`https://mcp.example.com/mcp`); a token's `aud` must hold it. `audience` is read as the "
+        "same key",
+        "auth.jwks_uri": "where the issuer publishes its signing keys; `null`: from the issuer's "
+        "metadata (`/.well-known/oauth-authorization-server`, else `/.well-known/openid-configuration`)",
+        "auth.scopes": "scopes every token must carry (a token without one is answered 403 "
+        "`insufficient_scope`)",
+        "auth.algorithms": "the signature algorithms accepted: public-key ones only (no `none`, no `HS256`)",
+        "auth.leeway": "seconds of clock difference allowed on `exp`, `nbf` and `iat`",
+        "auth.jwks_cooldown": "seconds between two fetches of the keys caused by a token whose key "
+        "id is unknown: a rotated key is picked up at once, a flood of made-up key ids costs the "
+        "issuer one request per cooldown",
+        "auth.jwks_max_age": "seconds after which the keys are fetched again anyway, so a key the "
+        "issuer withdrew stops being accepted",
+        "auth.timeout": "seconds a request to the issuer (metadata, keys) may take",
+        "auth.resource_name": "a human-readable name in the protected-resource metadata "
+        "(`/.well-known/oauth-protected-resource`)",
+        "auth.introspection": "ask the issuer about opaque (non-JWT) tokens (RFC 7662); `null`: "
+        "they are refused",
+        "auth.introspection.endpoint": "the issuer's introspection endpoint",
+        "auth.introspection.client_id": "the gateway's own client at the issuer",
+        "auth.introspection.client_secret": "its secret, sent with HTTP Basic authentication. "
+        "`${NAME}` is not expanded here: keep the config file out of reach. Secret: never shown",
+        "auth.introspection.cache_seconds": "how long an active answer is reused (never past the "
+        "token's `exp`)",
+        "auth.introspection.timeout": "seconds the introspection request may take",
         "read_only": "tools to list as read-only (`readOnlyHint: true`, `destructiveHint: false`) "
         "whatever their upstream says",
         "mutating": "tools to list as mutations (`readOnlyHint: false`); tools with no annotations "

@@ -126,7 +126,7 @@ def config_table(table: str) -> str:
         if bounds:
             kind = f"{kind} ({bounds})"
         if field.is_required():
-            default = "required"
+            default = f"required in `{key.rsplit('.', 1)[0]}`" if "." in key else "required"
         elif isinstance(field.default, BaseModel):
             default = "the defaults of its keys"
         else:

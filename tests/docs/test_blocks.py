@@ -17,7 +17,8 @@ from tests.docs._pages import DOCS_SRC, argv, every_block, scratch
 BLOCKS = every_block()
 
 SLOW_SNIPPETS = {"first_session.py", "embedded_gateway.py"}
-"""docs_src scripts that start a process or a whole gateway: run by the slow page tests."""
+"""docs_src scripts that start a process or a whole gateway: tests/docs/test_pages.py runs them
+with the page that shows them (slow)."""
 
 
 def by_kind(kind: str) -> list[Block]:
@@ -55,18 +56,20 @@ def test_every_snippet_exists_and_every_docs_src_file_is_shown() -> None:
     assert not unused, f"docs_src files no page shows: {unused}"
 
 
-SCRIPTS = sorted(p.name for p in DOCS_SRC.glob("*.py"))
+SCRIPTS = sorted(p.name for p in DOCS_SRC.glob("*.py") if p.name not in SLOW_SNIPPETS)
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW_SNIPPETS else n for n in SCRIPTS]
-)
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_a_docs_src_script_runs(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    if name in SLOW_SNIPPETS:
-        pytest.skip("started as a process by tests/docs/test_pages.py, with its page")
     with scratch(tmp_path):
         runpy.run_path(str(DOCS_SRC / name), run_name="__main__")
     assert capsys.readouterr().out.strip()
+
+
+def test_the_slow_scripts_are_shown_on_a_page_whose_commands_a_slow_test_runs() -> None:
+    shown = {Path(path).name for b in by_kind("snippet") for path in snippet_paths(b)}
+    assert shown >= SLOW_SNIPPETS
+    assert {p.name for p in DOCS_SRC.glob("*.py")} >= SLOW_SNIPPETS
 
 
 @pytest.mark.parametrize("block", by_kind("run"), ids=lambda b: b.where)
