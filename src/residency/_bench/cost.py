@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from residency._gateway import GatewayConfig
 
-__all__ = ["DEMO", "SMALL_ARGS", "add_arguments", "catalog_cost", "read_tools_file", "run"]
+__all__ = ["DEMO", "SMALL_ARGS", "Settings", "add_arguments", "catalog_cost", "read_tools_file", "run"]
 
 SMALL_ARGS: list[str] = []
 
