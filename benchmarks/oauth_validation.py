@@ -17,7 +17,7 @@ server, with a JWT signed by RS256 (2048-bit), ES256 and EdDSA keys, two ways:
 
 ``signature_verify_cpu_ms`` is the bare signature check per algorithm, the floor of a first
 sight. The key set is fetched once, before the timed rounds; the report says how many fetches the
-whole run made (1 per algorithm: the cache stayed warm).
+whole run made (one per validator, two per algorithm: the cache stayed warm).
 
 Rounds alternate the variants (the machine's noise hits all alike); a variant's figure is the
 median over rounds of its mean time per request, and what a variant adds is that minus the

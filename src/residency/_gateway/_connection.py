@@ -43,10 +43,10 @@ from mcp.server.models import InitializationOptions
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from residency._errors import InvalidInput
-from residency._gateway._oauth import IDENTITY_PREFIX
 
 __all__ = [
     "IDENTITY_STATE",
+    "OAUTH_IDENTITY_PREFIX",
     "SESSION_HEADER",
     "SESSION_META_KEY",
     "connection_of",
@@ -63,6 +63,9 @@ SESSION_HEADER = "residency-session"
 
 IDENTITY_STATE = "residency.identity"
 """Where the HTTP transport puts an authenticated request's identity (ASGI scope ``state``)."""
+
+OAUTH_IDENTITY_PREFIX = "oauth-"
+"""How an OAuth principal's identity starts (``_oauth.Principal.identity``)."""
 
 _STATE_KEY = "residency.session"
 _KEY_OK = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
@@ -136,7 +139,7 @@ def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str
     if identity is not None:
         if explicit is not None:
             explicit = f"{identity}/{explicit}"
-        if default is not None and identity.startswith(IDENTITY_PREFIX):
+        if default is not None and identity.startswith(OAUTH_IDENTITY_PREFIX):
             default = f"{identity}/{default}"
     connection = connection_of(ctx)
     if not is_modern(ctx):

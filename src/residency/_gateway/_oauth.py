@@ -38,12 +38,13 @@ from urllib.parse import quote_plus
 import httpx2
 from jwt import PyJWK
 
+from residency._gateway._connection import OAUTH_IDENTITY_PREFIX
 from residency._gateway._jwks import IssuerUnavailable, JwksCache, fetch_json
 from residency._gateway._oauth_config import IntrospectionSettings, OAuthSettings
 
 __all__ = ["IDENTITY_PREFIX", "Introspector", "Principal", "TokenRefused", "TokenValidator", "scopes_of"]
 
-IDENTITY_PREFIX = "oauth-"
+IDENTITY_PREFIX = OAUTH_IDENTITY_PREFIX
 """How an OAuth identity starts, in session keys (``oauth-<32 hex>/<key>``)."""
 
 MAX_TOKEN_CHARS = 16_384
