@@ -24,6 +24,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "bench-savings": benchmarks.savings_table,
     "bench-isolation": benchmarks.isolation_table,
     "bench-http-flood": benchmarks.http_flood_table,
+    "bench-oauth": benchmarks.oauth_table,
 }
 
 
