@@ -15,7 +15,14 @@ from jwt.warnings import InsecureKeyLengthWarning
 from pydantic import ValidationError
 
 from residency._cli._session_names import find_session, session_key_of
-from residency._gateway._jwks import IssuerUnavailable, KeySet, RefreshGate, key_fits, metadata_urls
+from residency._gateway._jwks import (
+    RETRY_SECONDS,
+    IssuerUnavailable,
+    KeySet,
+    RefreshGate,
+    key_fits,
+    metadata_urls,
+)
 from residency._gateway._oauth import Introspector, Principal, TokenRefused, TokenValidator
 from residency._gateway._oauth_config import IntrospectionSettings, OAuthSettings
 from tests.gateway.oauth_keys import (
@@ -244,6 +251,22 @@ async def test_an_unreachable_issuer_is_unavailable_not_invalid() -> None:
         await v.validate(mint(FIRST))
 
 
+async def test_while_the_keys_were_never_had_a_flood_costs_one_fetch_per_retry_interval() -> None:
+    issuer = issuing(FIRST)
+    issuer.down = True
+    clock = Clock()
+    v = validator(issuer, clock, jwks_cooldown=30)
+    for _ in range(50):
+        with pytest.raises(IssuerUnavailable):
+            await v.validate(mint(FIRST))
+        clock.now += 0.05
+    assert len(issuer.fetched) == 1
+    clock.now += RETRY_SECONDS
+    issuer.down = False
+    assert (await v.validate(mint(FIRST))).subject == "alice"
+    assert len(issuer.fetched) == 2
+
+
 async def test_an_issuer_going_down_keeps_the_last_good_keys() -> None:
     issuer = issuing(FIRST)
     clock = Clock()
@@ -395,6 +418,32 @@ async def test_opaque_tokens_are_introspected_checked_and_cached() -> None:
     assert len(fake.asked) == 2
     for token in ("opaque-other-aud", "opaque-no-aud", "opaque-other-iss", "opaque-expired", "unknown"):
         assert (await refused(v, token)).error == "invalid_token"
+
+
+async def test_a_failing_introspection_endpoint_is_left_alone_for_a_while() -> None:
+    clock = Clock(now=time.time())
+    calls = 0
+
+    async def failing(url: str, form: Mapping[str, str], credentials: tuple[str, str], timeout: float) -> Any:
+        nonlocal calls
+        calls += 1
+        raise IssuerUnavailable("down")
+
+    config = settings(introspection={"endpoint": f"{ISSUER}/i", "client_id": "gw", "client_secret": "x"})
+    assert config.introspection is not None
+    down = TokenValidator(
+        config,
+        fetch=FakeIssuer(),
+        introspector=Introspector(config.introspection, config, post=failing, wallclock=clock),
+    )
+    for _ in range(20):
+        with pytest.raises(IssuerUnavailable):
+            await down.validate("opaque")
+    assert calls == 1
+    clock.now += RETRY_SECONDS
+    with pytest.raises(IssuerUnavailable):
+        await down.validate("opaque")
+    assert calls == 2
 
 
 async def test_opaque_tokens_without_introspection_are_refused() -> None:

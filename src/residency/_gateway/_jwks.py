@@ -3,7 +3,8 @@
 Rules:
 
 - The keys are fetched on the first token, not at start: a gateway whose issuer is down still
-  starts, and answers 503 (not 401) while it cannot get them, so clients keep their tokens.
+  starts, and answers 503 (not 401) while it cannot get them, so clients keep their tokens; the
+  fetch is retried at most every ``RETRY_SECONDS`` meanwhile, however many requests come.
 - A token whose key id (``kid``) is not in the cached set makes the set be fetched again, at
   most once per ``cooldown`` (``RefreshGate``): a rotated key is picked up without a restart,
   while a flood of made-up key ids costs the issuer one request per cooldown. Concurrent
@@ -32,6 +33,10 @@ from jwt.exceptions import PyJWKError
 __all__ = ["FetchJSON", "JwksCache", "KeySet", "IssuerUnavailable", "RefreshGate", "fetch_json", "key_fits"]
 
 logger = logging.getLogger("residency.gateway.auth")
+
+RETRY_SECONDS = 5.0
+"""While the issuer's keys were never had, a failed fetch is retried after this long at most
+(what a refused client is told to wait, ``Retry-After``); requests in between get 503 at once."""
 
 MAX_DOCUMENT_BYTES = 1 << 20
 """The largest metadata or key-set document read from the issuer."""
@@ -138,6 +143,11 @@ class RefreshGate:
         """Whether a token with an unknown ``kid`` may cause a fetch now."""
         return self.fetched_at is None or now - self.fetched_at >= self.cooldown
 
+    def may_retry(self, now: float) -> bool:
+        """Whether a fetch may be tried again while no key set was ever had (the last failed):
+        after the cooldown, or ``RETRY_SECONDS`` if that is sooner."""
+        return self.fetched_at is None or now - self.fetched_at >= min(self.cooldown, RETRY_SECONDS)
+
     def fetched(self, now: float) -> None:
         self.fetched_at = now
 
@@ -200,6 +210,7 @@ class JwksCache:
         self._keys: KeySet | None = None
         self._parsed: dict[tuple[str, str], PyJWK] = {}
         self._lock = anyio.Lock()
+        self._problem = ""
         self.fetches = 0
         """Key-set fetches attempted so far (good or not)."""
 
@@ -228,12 +239,16 @@ class JwksCache:
             # Another request may have fetched while this one waited for the lock.
             if keys is not None and not self._wants_fetch(keys, kid, now):
                 return keys
+            if keys is None and not self._gate.may_retry(now):
+                raise IssuerUnavailable(self._problem)
             self._gate.fetched(now)
             self.fetches += 1
             try:
                 fresh = KeySet.from_document(await self._fetch(await self._uri()))
             except IssuerUnavailable as exc:
+                self._problem = str(exc)
                 if keys is None:
+                    logger.warning("cannot get the issuer's keys (tokens are answered 503): %s", exc)
                     raise
                 logger.warning("keeping the issuer's last key set: %s", exc)
                 return keys

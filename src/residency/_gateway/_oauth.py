@@ -27,6 +27,7 @@ import base64
 import functools
 import hashlib
 import json
+import logging
 import re
 import time
 from collections import OrderedDict
@@ -39,10 +40,12 @@ import httpx2
 from jwt import PyJWK
 
 from residency._gateway._connection import OAUTH_IDENTITY_PREFIX
-from residency._gateway._jwks import IssuerUnavailable, JwksCache, fetch_json
+from residency._gateway._jwks import RETRY_SECONDS, IssuerUnavailable, JwksCache, fetch_json
 from residency._gateway._oauth_config import IntrospectionSettings, OAuthSettings
 
 __all__ = ["IDENTITY_PREFIX", "Introspector", "Principal", "TokenRefused", "TokenValidator", "scopes_of"]
+
+logger = logging.getLogger("residency.gateway.auth")
 
 IDENTITY_PREFIX = OAUTH_IDENTITY_PREFIX
 """How an OAuth identity starts, in session keys (``oauth-<32 hex>/<key>``)."""
@@ -327,6 +330,9 @@ async def post_form(
 class Introspector:
     """Asks the issuer about opaque tokens (RFC 7662) and keeps active answers for a while.
 
+    After a failed request, the endpoint is left alone for ``RETRY_SECONDS``: opaque tokens are
+    answered 503 at once meanwhile.
+
     Args:
         settings: the ``introspection`` settings.
         auth: the whole ``residency.auth`` section (issuer, resource, scopes, leeway).
@@ -347,6 +353,7 @@ class Introspector:
         self._post = post if post is not None else post_form
         self._now = wallclock
         self._cache: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
+        self._failed_at: float | None = None
         self.requests = 0
         """Introspection requests sent so far."""
 
@@ -366,13 +373,21 @@ class Introspector:
                 return self._granted(principal)
             del self._cache[digest]
         settings = self._settings
+        if self._failed_at is not None and now - self._failed_at < RETRY_SECONDS:
+            raise IssuerUnavailable("the introspection endpoint failed moments ago")
         self.requests += 1
-        answer = await self._post(
-            settings.endpoint,
-            {"token": token, "token_type_hint": "access_token"},
-            (settings.client_id, settings.client_secret.get_secret_value()),
-            settings.timeout,
-        )
+        try:
+            answer = await self._post(
+                settings.endpoint,
+                {"token": token, "token_type_hint": "access_token"},
+                (settings.client_id, settings.client_secret.get_secret_value()),
+                settings.timeout,
+            )
+        except IssuerUnavailable as exc:
+            self._failed_at = now
+            logger.warning("cannot introspect tokens (they are answered 503): %s", exc)
+            raise
+        self._failed_at = None
         claims = self._checked(answer, now)
         principal = _principal(claims, self._auth.issuer, ())
         until = now + settings.cache_seconds

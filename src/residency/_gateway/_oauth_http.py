@@ -34,7 +34,7 @@ from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from residency._gateway._connection import IDENTITY_STATE
-from residency._gateway._jwks import IssuerUnavailable
+from residency._gateway._jwks import RETRY_SECONDS, IssuerUnavailable
 from residency._gateway._oauth import Principal, TokenRefused, TokenValidator
 from residency._gateway._oauth_config import OAuthSettings
 
@@ -47,7 +47,7 @@ METADATA_PATH = "/.well-known/oauth-protected-resource"
 PRINCIPAL_STATE = "residency.principal"
 """Where a request's validated ``Principal`` is put (ASGI scope ``state``)."""
 
-RETRY_AFTER = b"5"
+RETRY_AFTER = str(int(RETRY_SECONDS)).encode()
 
 
 def metadata_url(settings: OAuthSettings) -> str:
@@ -124,7 +124,7 @@ class OAuthBearer:
             await self._refuse(send, refused.status, challenge, body)
             return
         except IssuerUnavailable as exc:
-            logger.warning("cannot check a bearer token now: %s", exc)
+            logger.debug("cannot check a bearer token now: %s", exc)  # _jwks logs each failure
             await self._refuse(
                 send, 503, None, {"error": "the authorization server cannot be reached; retry later"}
             )
