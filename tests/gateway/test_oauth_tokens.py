@@ -5,6 +5,7 @@ The same checks run against a real OpenID provider in ``test_oauth_provider`` (s
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -165,6 +166,13 @@ async def test_odd_claim_types_headers_and_spellings_are_malformed() -> None:
     for overrides in ({"exp": "tomorrow"}, {"exp": True}, {"nbf": [1]}):
         assert (await refused(v, mint(FIRST, **overrides))).description == "the token is malformed"
     assert (await refused(v, mint(FIRST, aud={"a": RESOURCE}))).error == "invalid_token"
+    head, _, signature = mint(FIRST).split(".")
+    nan = base64.urlsafe_b64encode(
+        b'{"iss":"%s","aud":"%s","exp":NaN}' % (ISSUER.encode(), RESOURCE.encode())
+    )
+    assert (
+        await refused(v, f"{head}.{nan.rstrip(b'=').decode()}.{signature}")
+    ).description == "the token is malformed"
     crit = mint(FIRST, header={"crit": ["exp"], "exp": 1})
     assert (await refused(v, crit)).description == "the token is malformed"
     head, body, signature = mint(FIRST).split(".")

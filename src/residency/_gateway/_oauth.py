@@ -265,9 +265,13 @@ def _segment(part: bytes) -> bytes:
     return decoded
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity: a time that never passes
+
+
 def _object(part: bytes) -> dict[str, Any]:
     try:
-        value = json.loads(_segment(part))
+        value = json.loads(_segment(part), parse_constant=_no_constant)
     except ValueError:
         raise TokenRefused("invalid_token", "the token is malformed") from None
     if not isinstance(value, dict):
