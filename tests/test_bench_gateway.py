@@ -19,7 +19,7 @@ from benchmarks.run import BENCHES
 from benchmarks.run import main as run_main
 from residency._gateway import RESPONSES_ENV
 from residency._gateway._meta_tools import listed_meta_tools
-from tests._timing import START, TEST
+from tests._timing import SERVING, START, TEST
 
 
 def test_the_nearest_rank_percentile_picks_a_measured_sample() -> None:
@@ -109,12 +109,12 @@ async def test_the_http_fronts_the_bench_compares_answer_as_labelled_and_forward
             contextlib.AsyncExitStack() as stack,
             httpx2.AsyncClient() as http,
         ):
-            await bench.wait_for_port(up_port, up)
+            await bench.wait_for_port(up_port, up, timeout=START)
             for i, (argv, environment, answers_json) in enumerate(fronts):
                 log = tmp_path / f"front-{i}.log"
                 process = await stack.enter_async_context(bench._process(argv, log, env=environment))
                 port = argv[argv.index("--port") + 1]
-                await bench.wait_for_port(int(port), process)
+                await bench.wait_for_port(int(port), process, timeout=SERVING)
                 url = f"http://127.0.0.1:{port}/mcp"
                 accept = {"accept": "application/json, text/event-stream"}
                 answer = await http.post(url, json=initialize, headers=accept)
