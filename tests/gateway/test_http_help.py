@@ -21,7 +21,7 @@ import httpx2
 import pytest
 
 from residency._gateway import Gateway, IncidentDesk
-from residency._gateway._http_help import MISSING_SESSION, MODERN_VERSION
+from residency._gateway._http_help import MISSING_SESSION, MODERN_VERSION, root_page
 from tests._timing import START, STEP
 from tests.gateway.conftest import config, served_over_http
 
@@ -153,3 +153,12 @@ async def test_a_post_without_a_session_id_is_told_to_initialize_or_send_the_env
             # Any other answer passes unchanged: a session id the gateway never gave is 404.
             unknown = await http.post(f"{base}/mcp", content=bare, headers={**headers, "Mcp-Session-Id": "x"})
             assert unknown.status_code == 404 and "initialize" not in unknown.text
+
+
+def test_under_oauth_the_page_asks_for_an_access_token_and_names_the_metadata() -> None:
+    page = root_page("http://127.0.0.1:8765", "/mcp", "/healthz", "/metrics", token=False, oauth=True)
+    assert "http://127.0.0.1:8765/.well-known/oauth-protected-resource" in page
+    assert [c.headers["Authorization"] for c in curls(page)] == ["Bearer $ACCESS_TOKEN"] * 3
+    assert "RESIDENCY_TOKEN" not in page
+    plain = root_page("http://127.0.0.1:8765", "/mcp", "/healthz", "/metrics", token=False)
+    assert all("Authorization" not in c.headers for c in curls(plain))

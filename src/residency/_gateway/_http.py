@@ -242,7 +242,9 @@ def _security(host: str, allowed: Sequence[str] = ()) -> TransportSecuritySettin
     )
 
 
-def _operator_routes(gateway: Gateway, security: TransportSecuritySettings, *, token: bool) -> list[Route]:
+def _operator_routes(
+    gateway: Gateway, security: TransportSecuritySettings, *, token: bool, oauth: bool = False
+) -> list[Route]:
     checks = TransportSecurityMiddleware(security)
 
     async def root(request: Request) -> Response:
@@ -251,7 +253,7 @@ def _operator_routes(gateway: Gateway, security: TransportSecuritySettings, *, t
             return refused
         # The Host header passed the check above: it is one of the names the gateway allows.
         base = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
-        page = root_page(base, MCP_PATH, HEALTH_PATH, METRICS_PATH, token=token)
+        page = root_page(base, MCP_PATH, HEALTH_PATH, METRICS_PATH, token=token, oauth=oauth)
         return PlainTextResponse(page, headers=_NO_STORE)
 
     async def healthz(request: Request) -> Response:
@@ -334,7 +336,9 @@ def http_app(
         json_response=json_response,
         host=host,
         transport_security=security,
-        custom_starlette_routes=_operator_routes(gateway, security, token=bool(token) or auth is not None),
+        custom_starlette_routes=_operator_routes(
+            gateway, security, token=bool(token), oauth=auth is not None
+        ),
         max_request_body_size=front.settings.max_body_bytes,
     )
     # The SDK's "Missing session ID" answer says what to send instead.

@@ -6,7 +6,7 @@ and curl examples of both protocol eras (the handshake era's ``initialize``, the
 ``Mcp-Session-Id``; the 2026-07-28 era's per-request headers and ``_meta`` envelope). The page
 is guarded as ``/healthz`` is (the ``Host``/``Origin`` check, and the token when one is set) and
 shows no secret: the URL is the one the request used, a token appears only as
-``$RESIDENCY_TOKEN``.
+``$RESIDENCY_TOKEN`` (an OAuth access token as ``$ACCESS_TOKEN``).
 
 A request to the MCP path with no ``Mcp-Session-Id`` that is not an ``initialize`` gets the
 SDK's 400 "Bad Request: Missing session ID". ``SessionHint`` keeps that answer's status and
@@ -20,7 +20,15 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["HANDSHAKE_VERSION", "MISSING_SESSION", "MODERN_VERSION", "SessionHint", "root_page"]
+from residency._gateway._oauth_http import METADATA_PATH
+
+__all__ = [
+    "HANDSHAKE_VERSION",
+    "MISSING_SESSION",
+    "MODERN_VERSION",
+    "SessionHint",
+    "root_page",
+]
 
 HANDSHAKE_VERSION = "2025-11-25"
 """The newest handshake-era protocol version (the page's ``initialize`` example)."""
@@ -56,17 +64,21 @@ def _curl(url: str, headers: list[str], body: dict[str, Any], *, show_headers: b
     return " \\\n    ".join(lines)
 
 
-def root_page(base: str, mcp_path: str, health_path: str, metrics_path: str, *, token: bool) -> str:
+def root_page(
+    base: str, mcp_path: str, health_path: str, metrics_path: str, *, token: bool, oauth: bool = False
+) -> str:
     """The page at ``/`` for a gateway reached at ``base`` (``http://host:port``).
 
     Args:
         base: scheme, host and port as the request named them (the ``Host`` check passed).
         mcp_path: the MCP endpoint's path; ``health_path`` and ``metrics_path`` likewise.
-        token: whether requests need a bearer token (shown as ``$RESIDENCY_TOKEN``, never
-            its value).
+        token: whether requests need the gateway's static bearer token (shown as
+            ``$RESIDENCY_TOKEN``, never its value).
+        oauth: whether requests need an OAuth access token instead (shown as ``$ACCESS_TOKEN``).
     """
     url = base + mcp_path
-    auth = ["Authorization: Bearer $RESIDENCY_TOKEN"] if token else []
+    variable = "ACCESS_TOKEN" if oauth else "RESIDENCY_TOKEN"
+    auth = [f"Authorization: Bearer ${variable}"] if token or oauth else []
     initialize = {
         "jsonrpc": "2.0",
         "id": 1,
@@ -83,7 +95,15 @@ def root_page(base: str, mcp_path: str, health_path: str, metrics_path: str, *, 
     session = ["Mcp-Session-Id: $SESSION", f"MCP-Protocol-Version: {HANDSHAKE_VERSION}"]
     modern_headers = [f"MCP-Protocol-Version: {MODERN_VERSION}", "Mcp-Method: tools/list"]
     config = json.dumps({"mcpServers": {"residency": {"url": url}}})
-    needs = "every request needs 'Authorization: Bearer <token>'" if token else "no token is needed"
+    if oauth:
+        needs = (
+            "every request needs 'Authorization: Bearer <access token>', an OAuth access token from "
+            f"an authorization server that {base + METADATA_PATH} names"
+        )
+    elif token:
+        needs = "every request needs 'Authorization: Bearer <token>', the gateway's token"
+    else:
+        needs = "no token is needed"
     return f"""\
 residency: an MCP gateway
 
