@@ -488,3 +488,29 @@ async def test_a_remembered_token_is_still_refused_once_expired_or_its_key_withd
     clock.now += 601  # the key set is fetched again: SECOND is gone
     assert (await refused(v, long)).description == "the token's signing key is not the issuer's"
     assert len(issuer.fetched) == 2
+
+
+async def test_every_one_character_change_of_a_valid_token_is_refused() -> None:
+    v = validator(issuing(FIRST, ELLIPTIC))
+    for key in (FIRST, ELLIPTIC):
+        genuine = mint(key)
+        await v.validate(genuine)  # remembered: a changed token must not ride on that
+        alphabet = "AQgw-_."
+        tries = 0
+        for i, char in enumerate(genuine):
+            for other in alphabet:
+                if other == char:
+                    continue
+                with pytest.raises(TokenRefused):
+                    await v.validate(genuine[:i] + other + genuine[i + 1 :])
+                tries += 1
+        assert tries > 1000
+
+
+async def test_tokens_spliced_from_two_valid_ones_are_refused() -> None:
+    v = validator(issuing(FIRST, SECOND))
+    alice, bob = mint(FIRST, sub="alice"), mint(SECOND, sub="bob")
+    assert (await v.validate(alice)).subject == "alice" and (await v.validate(bob)).subject == "bob"
+    a, b = alice.split("."), bob.split(".")
+    for parts in ((a[0], b[1], a[2]), (b[0], a[1], a[2]), (a[0], a[1], b[2]), (b[0], b[1], a[2])):
+        assert (await refused(v, ".".join(parts))).error == "invalid_token"
