@@ -15,7 +15,9 @@ Every fenced block is one of:
   ``config``     a gateway config that ``residency config check --no-connect`` accepts
   ``json``       JSON that parses
   ``generated``  written by a generator from the code (``docs_gen.reference``)
-  ``not-run``    not runnable (a reason follows: output, your own paths, a model's API key...)
+  ``not-run``    not runnable (a reason follows: your own paths, a model's API key...);
+                 ``not-run: output`` right after a ``slow`` block is what it prints, and the
+                 slow tests compare the two
 
 A block with neither is an error of the page (``unmarked``).
 """
@@ -26,7 +28,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ("KINDS", "Block", "blocks", "commands", "snippet_paths")
+__all__ = ("KINDS", "Block", "blocks", "commands", "output_problem", "snippet_paths")
 
 KINDS = ("run", "slow", "serve", "config", "json", "generated", "not-run", "snippet")
 
@@ -104,6 +106,19 @@ def commands(block: Block) -> list[str]:
     if pending:
         out.append(pending)
     return out
+
+
+def output_problem(shown: str, printed: str) -> str | None:
+    """How ``printed`` differs from the output a page shows (``...`` in a shown line stands for
+    anything), or None when it does not."""
+    lines, expected = printed.splitlines(), shown.splitlines()
+    if len(lines) != len(expected):
+        return f"shows {len(expected)} lines, the command printed {len(lines)}:\n{printed}"
+    for want, got in zip(expected, lines, strict=True):
+        pattern = ".*".join(re.escape(part) for part in want.split("..."))
+        if not re.fullmatch(pattern, got):
+            return f"shows {want!r}, the command printed {got!r}"
+    return None
 
 
 def pages(root: Path) -> list[Path]:

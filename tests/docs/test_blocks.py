@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from docs_gen.blocks import KINDS, Block, blocks, commands, snippet_paths
+from docs_gen.blocks import KINDS, Block, blocks, commands, output_problem, snippet_paths
 from residency._cli import main
 from tests.conftest import ROOT
 from tests.docs._pages import DOCS_SRC, argv, every_block, scratch
@@ -102,3 +102,9 @@ def test_a_config_block_is_a_config_the_gateway_accepts(
     path = tmp_path / "gateway.json"
     path.write_text(block.body, encoding="utf-8")
     assert main(["config", "check", "--no-connect", str(path)]) == 0, capsys.readouterr().err
+
+
+def test_shown_output_is_compared_line_by_line_with_ellipses() -> None:
+    assert output_problem("found: ['a']\nresult: {...}", "found: ['a']\nresult: {\"x\": 1}") is None
+    assert output_problem("found: ['a']", "found: ['b']") is not None
+    assert output_problem("one line", "one line\nand another") is not None

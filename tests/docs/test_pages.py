@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from docs_gen.blocks import Block, commands, snippet_paths
+from docs_gen.blocks import Block, commands, output_problem, snippet_paths
 from tests._timing import CLEANUP, SERVING, TEST
 from tests.conftest import ROOT
 from tests.docs._pages import all_pages, page_blocks
@@ -46,7 +46,7 @@ def environment() -> dict[str, str]:
     return env
 
 
-def shell(script: str, cwd: Path, where: str) -> None:
+def shell(script: str, cwd: Path, where: str) -> str:
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=cwd,
@@ -58,6 +58,12 @@ def shell(script: str, cwd: Path, where: str) -> None:
     assert done.returncode == 0, (
         f"{where}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     )
+    return done.stdout
+
+
+def check_output(shown: Block, printed: str) -> None:
+    problem = output_problem(shown.body, printed)
+    assert problem is None, f"{shown.where}: {problem}"
 
 
 @contextmanager
@@ -93,9 +99,12 @@ def serving(command: str, cwd: Path, where: str) -> Iterator[None]:
             process.wait()
 
 
-def run_block(block: Block, cwd: Path, stack: ExitStack, page_text: str) -> None:
+def run_block(block: Block, cwd: Path, stack: ExitStack, page_text: str, printed: str | None) -> str | None:
+    """Runs ``block``; returns what it printed, for an output block right after it."""
     if block.kind in ("run", "slow"):
-        shell("\n".join(commands(block)), cwd, block.where)
+        return shell("\n".join(commands(block)), cwd, block.where)
+    if block.kind == "not-run" and block.args.startswith("output") and printed is not None:
+        check_output(block, printed)
     elif block.kind == "serve":
         [command] = commands(block)
         stack.enter_context(serving(command, cwd, block.where))
@@ -104,6 +113,7 @@ def run_block(block: Block, cwd: Path, stack: ExitStack, page_text: str) -> None
             name = Path(path).name
             if name in SLOW_SNIPPETS and f"python {path}" not in page_text:
                 shell(f"python {path}", cwd, block.where)
+    return None
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -115,8 +125,9 @@ def test_a_page_runs_as_written(page: Path, tmp_path: Path) -> None:
         (tmp_path / name).symlink_to(ROOT / name)
     text = page.read_text(encoding="utf-8")
     with ExitStack() as stack:
+        printed = None
         for block in found:
-            run_block(block, tmp_path, stack, text)
+            printed = run_block(block, tmp_path, stack, text, printed)
 
 
 def test_the_site_builds_with_strict_checks(tmp_path: Path) -> None:
