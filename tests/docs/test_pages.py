@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -99,15 +100,28 @@ def serving(command: str, cwd: Path, where: str) -> Iterator[None]:
             process.wait()
 
 
-def run_block(block: Block, cwd: Path, stack: ExitStack, page_text: str, printed: str | None) -> str | None:
+DOCUMENTED_PORT = "8765"
+"""The HTTP port the pages use (the gateway's default); the tests serve on a free one instead,
+so that two runs of the suite on one machine do not meet."""
+
+
+def free_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])
+
+
+def run_block(
+    block: Block, cwd: Path, stack: ExitStack, page_text: str, printed: str | None, port: str
+) -> str | None:
     """Runs ``block``; returns what it printed, for an output block right after it."""
     if block.kind in ("run", "slow"):
-        return shell("\n".join(commands(block)), cwd, block.where)
+        return shell("\n".join(commands(block)).replace(DOCUMENTED_PORT, port), cwd, block.where)
     if block.kind == "not-run" and block.args.startswith("output") and printed is not None:
         check_output(block, printed)
     elif block.kind == "serve":
         [command] = commands(block)
-        stack.enter_context(serving(command, cwd, block.where))
+        stack.enter_context(serving(command.replace(DOCUMENTED_PORT, port), cwd, block.where))
     elif block.kind == "snippet":
         for path in snippet_paths(block):
             name = Path(path).name
@@ -125,9 +139,9 @@ def test_a_page_runs_as_written(page: Path, tmp_path: Path) -> None:
         (tmp_path / name).symlink_to(ROOT / name)
     text = page.read_text(encoding="utf-8")
     with ExitStack() as stack:
-        printed = None
+        printed, port = None, free_port()
         for block in found:
-            printed = run_block(block, tmp_path, stack, text, printed)
+            printed = run_block(block, tmp_path, stack, text, printed, port)
 
 
 def test_the_site_builds_with_strict_checks(tmp_path: Path) -> None:
