@@ -4,7 +4,7 @@ mcp 2.3.0 gives low-level handlers no public per-connection handle: ``ctx.sessio
 for every request, and the connection object behind it is private. Everything the gateway
 needs from it is read here, so an SDK change touches one module.
 
-How a request finds its session, first match wins (the README's "Who a session is"):
+How a request finds its session, first match wins (docs: reference, sessions):
 
 1. ``_meta["residency/session"]`` on the request, or the ``Residency-Session`` HTTP header: a
    key the client repeats (the 2026-07-28 way, and how any client resumes a session). On a

@@ -21,7 +21,7 @@ Theory of operation:
   z-scores, scaling between the top k, other weights and either ranking alone; other texts of a
   tool (several vectors with the best taken, sentences, argument names, the server), BM25
   field weights and parameters, and query words expanded by their nearest corpus words did no
-  better than the noise (README, "Tool search"). Vectors are computed on first use, in a
+  better than the noise (docs: how-to, search). Vectors are computed on first use, in a
   background thread by default (BM25 alone answers until they are ready) or at once with
   :meth:`ToolIndex.embed` (a gateway starts them as soon as it builds its catalog), and kept on
   disk too where the embedding cache has a directory (``RESIDENCY_SEARCH_CACHE``, or the one a
@@ -50,6 +50,7 @@ from residency._search._text import (
     embedding_query,
     embedding_texts,
     query_terms,
+    sentences,
     summary_line,
     tokenize,
 )
@@ -84,6 +85,7 @@ _B = 0.75
 _NAMED_TERMS = 16  # query terms looked at for tool names (runs of them: quadratic)
 _SEMANTIC_WEIGHT = 2.5  # the semantic ranking's weight in the fusion (BM25's is 1)
 _EMBED_CHUNK = 64
+_SENTENCE_WEIGHT = 0.75  # a request of several sentences: weight of its best sentence's cosine
 _SHARED = 4  # indexes kept by shared_index (the current catalog and a few before it)
 _TERMS_LIMIT = 50_000  # definitions whose terms are kept for the next rebuild
 
@@ -376,8 +378,7 @@ class ToolIndex:
                 return []
             return self._walk(self._boost(lexical, named), keep, limit, matched=True)
         assert self._vectors is not None
-        # einsum: a plain loop over the rows, faster here than a threaded BLAS call for one vector
-        sims = np.einsum("ij,j->i", self._vectors, self._query_vector(query))
+        sims = self._cosines(query)
         if mode == "semantic" or lexical is None:
             return self._walk(self._boost(sims, named), keep, limit, matched=False)
         # Each ranking scaled to [0, 1] over the whole catalog, then weighted: the two disagree
@@ -388,6 +389,21 @@ class ToolIndex:
         if use is not None:
             fused = fused + LEARNED_WEIGHT * use
         return self._walk(self._boost(fused, named), keep, limit, matched=False)
+
+    def _cosines(self, query: str) -> npt.NDArray[np.float32]:
+        """Each tool's cosine similarity to ``query``; for a query of several requests (two or
+        more sentences), blended with the best of its sentences' (see ``_SENTENCE_WEIGHT``)."""
+        import numpy as np
+
+        assert self._vectors is not None
+        # einsum: a plain loop over the rows, faster here than a threaded BLAS call for one vector
+        sims: npt.NDArray[np.float32] = np.einsum("ij,j->i", self._vectors, self._query_vector(query))
+        parts = sentences(query)
+        if len(parts) < 2:
+            return sims
+        best = np.max([np.einsum("ij,j->i", self._vectors, self._query_vector(p)) for p in parts], axis=0)
+        blended: npt.NDArray[np.float32] = (1 - _SENTENCE_WEIGHT) * sims + _SENTENCE_WEIGHT * best
+        return blended
 
     def _learned_scores(
         self, query: str, learned: LearnedLabels | None, *, semantic: bool
