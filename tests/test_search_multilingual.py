@@ -1,5 +1,5 @@
-"""Tool search in other languages: the labelled non-English query set and what the index does
-with words of other languages."""
+"""Tool search beyond one short English request: the labelled non-English query set, the
+glossary that reads other languages, and requests of several sentences."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 
 from residency._search import ToolIndex, embedding_query, query_terms, tokenize
 from residency._search._lexicon import glosses, lexicon
+from residency._search._text import sentences
 from tests.conftest import ROOT, load_corpus
-from tests.test_search import indexed, tool
+from tests.test_search import BagOfWords, indexed, tool
 
 QUERIES = ROOT / "benchmarks" / "queries"
 
@@ -97,3 +98,32 @@ def test_the_glossary_has_a_form_of_each_word_in_every_language() -> None:
     assert len(stems) + len(exact) > 400
     assert len(cjk) > 250
     assert all(len(stem) >= 4 for stem in stems)
+
+
+# -- requests of several sentences ----------------------------------------------------------------
+
+
+def test_a_query_of_several_requests_is_split_into_its_sentences() -> None:
+    query = "I'm planning a trip. Can you find flights to Lisbon? Also check the weather there."
+    assert sentences(query) == [
+        "I'm planning a trip.",
+        "Can you find flights to Lisbon?",
+        "Also check the weather there.",
+    ]
+    assert sentences("find the pod. ok") == ["find the pod. ok"]  # a fragment is no request
+    assert sentences("restart the pod") == ["restart the pod"]
+    assert sentences("把这个页面移到归档部分下面。然后通知团队里的所有成员。") == [
+        "把这个页面移到归档部分下面。",
+        "然后通知团队里的所有成员。",
+    ]
+
+
+def test_each_sentence_of_a_request_is_embedded_and_a_one_sentence_query_once() -> None:
+    model = BagOfWords()
+    index = ToolIndex(indexed(FILE_TOOLS), embedder=model)
+    index.embed()
+    model.embedded.clear()
+    index.search("stop the process", ranker="semantic")
+    assert len(model.embedded) == 1
+    index.search("I am cleaning up. Stop the stuck process. Then delete the old file.", ranker="semantic")
+    assert len(model.embedded) == 1 + 4  # the whole query and its three sentences

@@ -45,6 +45,7 @@ __all__ = [
     "embedding_texts",
     "lead_sentence",
     "query_terms",
+    "sentences",
     "stem",
     "summary_line",
     "tokenize",
@@ -57,6 +58,7 @@ _WORD = re.compile(r"[A-Z]?[a-z]+|[0-9]+|[A-Z]+(?![a-z])")
 _MIXED = re.compile(r"[A-Za-z0-9]*(?:[^\x00-\x7f][A-Za-z0-9]*)+")
 _SENTENCE = re.compile(r"(.+?[.!?])(?:\s|$)")
 _ASCII_RUN = re.compile(r"[!-~]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])")
 
 NAME_WEIGHT = 3
 TITLE_WEIGHT = 2
@@ -338,6 +340,14 @@ def embedding_texts(tool: Mapping[str, Any], server: str = "") -> tuple[str, ...
 
     tasks = vocabulary(capabilities(tool))
     return (short, ". ".join(parts), tasks) if tasks else (short, ". ".join(parts))
+
+
+def sentences(query: str) -> list[str]:
+    """The requests of a query written as several sentences, each of three words or more (or
+    12 characters, in scripts without spaces); one sentence gives ``[query]``."""
+    parts = [p.strip() for p in _SENTENCE_END.split(query)]
+    kept = [p for p in parts if len(p.split()) >= 3 or (len(p) >= 12 and not p.isascii())]
+    return kept if len(kept) > 1 else [query]
 
 
 def embedding_query(query: str) -> str:
