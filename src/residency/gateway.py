@@ -36,33 +36,42 @@ async def serve_http(
 ) -> None:
     """Serve an entered gateway over streamable HTTP at ``http://host:port/mcp`` until cancelled.
 
-    The HTTP limits and the extra host names the ``Host`` check allows come from the gateway's
-    config (``residency.http``, ``residency.allowed_hosts``), as for ``residency serve``.
+    The HTTP limits, the extra host names the ``Host`` check allows and OAuth (when set) come
+    from the gateway's config (``residency.http``, ``residency.allowed_hosts``,
+    ``residency.auth``), as for ``residency serve``.
 
     Args:
         gateway: the gateway, entered (``async with gateway``).
-        host: the address to bind; beyond loopback a token is required unless ``insecure``.
+        host: the address to bind; beyond loopback a token (or ``residency.auth``) is required
+            unless ``insecure``.
         port: the port to bind; 0 picks a free one (``started`` is told the URL).
         token: the bearer token clients must send; None: the config's ``residency.token``, if any.
         insecure: serve beyond loopback without a token.
         started: called with the endpoint's URL once the gateway listens.
 
     Raises:
-        ConfigError: ``host`` is beyond loopback with no token and not ``insecure``, or the
-            token is too short (at least 16 visible ASCII characters).
+        ConfigError: ``host`` is beyond loopback with no token and not ``insecure``, the token
+            is too short (at least 16 visible ASCII characters), or a token is given while the
+            config sets ``residency.auth``. Nothing is bound then.
         OSError: the address cannot be bound (e.g. the port is taken).
     """
     from residency._errors import ConfigError
     from residency._gateway import _http
 
     settings = gateway.config.residency
+    auth = settings.auth
     if token is None and settings.token is not None:
         token = settings.token.get_secret_value()
     if token is not None:
+        if auth is not None:
+            raise ConfigError(
+                "the config sets residency.auth (OAuth): a static bearer token cannot be used as well",
+                where="token",
+            )
         problem = _http.token_problem(token)
         if problem is not None:
             raise ConfigError(f"the bearer token {problem}", where="token")
-    problem = _http.exposure_problem(host, token, insecure=insecure)
+    problem = _http.exposure_problem(host, token, insecure=insecure or auth is not None)
     if problem is not None:
         raise ConfigError(problem, where="host")
     sock = _http.bind(host, port)
@@ -76,6 +85,7 @@ async def serve_http(
             started=started,
             allowed_hosts=settings.allowed_hosts,
             limits=settings.http,
+            auth=auth,
         )
     finally:
         sock.close()

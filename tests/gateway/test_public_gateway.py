@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import anyio
 import pytest
 from mcp import Client
@@ -59,4 +61,14 @@ async def test_serve_http_refuses_an_unsafe_exposure_before_binding(host: str, t
     async with Gateway(parse_config(CONFIG)) as gateway:
         with anyio.fail_after(STEP), pytest.raises(ConfigError):
             await serve_http(gateway, host=host, port=0, token=token, started=called.append)
+    assert called == []
+
+
+@pytest.mark.anyio
+async def test_serve_http_refuses_a_static_token_beside_oauth() -> None:
+    oauth = {"issuer": "https://id.example.com", "audience": "https://mcp.example.com/mcp"}
+    called: list[str] = []
+    async with Gateway(parse_config(json.dumps({"residency": {"auth": oauth}}))) as gateway:
+        with anyio.fail_after(STEP), pytest.raises(ConfigError):
+            await serve_http(gateway, port=0, token="a-static-token-0123456789", started=called.append)
     assert called == []
