@@ -7,7 +7,10 @@ import json
 from collections import Counter
 from typing import Any
 
-from residency._search import ToolIndex, embedding_query, query_terms, tokenize
+import pytest
+
+from residency._bench._report import BenchReport
+from residency._search import IndexedTool, ToolIndex, embedding_query, query_terms, tokenize
 from residency._search._lexicon import glosses, lexicon
 from residency._search._text import sentences
 from tests.conftest import ROOT, load_corpus
@@ -127,3 +130,22 @@ def test_each_sentence_of_a_request_is_embedded_and_a_one_sentence_query_once() 
     assert len(model.embedded) == 1
     index.search("I am cleaning up. Stop the stuck process. Then delete the old file.", ranker="semantic")
     assert len(model.embedded) == 1 + 4  # the whole query and its three sentences
+
+
+@pytest.mark.slow
+def test_the_search_bench_scores_each_non_english_query_against_the_english_one_it_mirrors() -> None:
+    from benchmarks.bench import search as bench
+
+    catalog = bench.corpus_catalog(load_corpus())
+    index = ToolIndex(
+        [IndexedTool(e.name, e.hash, e.definition, e.server) for e in catalog.entries()], embedder=None
+    )
+    report = BenchReport("search")
+    figures = bench.multilingual_figures(report, index, bench.label_names(catalog), ("bm25",))
+    pairs = figures["bm25"]
+    assert figures["pairs"] == pairs["all"]["english"]["queries"] == pairs["all"]["non_english"]["queries"]
+    assert pairs["held-out"]["english"]["queries"] < figures["pairs"]
+    assert {"de", "es", "fr", "pt", "zh", "ja"} <= set(pairs)
+    # The glossary reaches tools the English-only ranking would miss, but not all of them.
+    assert 0.3 < pairs["all"]["non_english"]["r5"] < pairs["all"]["english"]["r5"]
+    assert any("non-English pairs" in f.name for f in report.figures)
