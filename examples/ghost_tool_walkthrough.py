@@ -11,6 +11,7 @@ desk; then it re-expands the tool and makes the call properly.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import anyio
 from mcp import Client, StdioServerParameters
@@ -45,19 +46,29 @@ async def main() -> None:
         listed = [t.name for t in (await client.list_tools()).tools]
         print("listed:", ", ".join(listed))
 
+        results: list[Any] = []  # every result the model has seen, newest last
+
         async def use(name: str, arguments: dict[str, object]) -> object:
             if name not in [t.name for t in (await client.list_tools()).tools]:
-                await client.call_tool("reexpand_tools", {"names": [name]})
-            return await client.call_tool(name, arguments)
+                results.append(await client.call_tool("reexpand_tools", {"names": [name]}))
+            results.append(await client.call_tool(name, arguments))
+            return results[-1]
 
         update = {"incident_id": "INC-7", "severity": "SEV-2", "assignee": {"id": "u-42"}, "notify": True}
         show("update_incident", await use("update_incident", update))
         for name, arguments in READ_ONLY:
-            result = show(name, await use(name, arguments))
+            show(name, await use(name, arguments))
             tools = {t.name: t for t in (await client.list_tools()).tools}
             if "update_incident" not in tools:
-                # The tombstones come with the result of the call that created them.
-                print("\nthat call's result ends with:\n" + result.content[-1].text)  # type: ignore[attr-defined]
+                # The tombstone comes with the result of the call that created it (a re-expansion
+                # that made room, or a call), as a text block of its own.
+                notice = next(
+                    block.text
+                    for seen in reversed(results)
+                    for block in seen.content
+                    if block.text.startswith("Withheld now:") and "update_incident" in block.text
+                )
+                print("\nthe result that withheld it ends with:\n" + notice)
                 break
 
         else:
