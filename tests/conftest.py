@@ -8,8 +8,9 @@ CI does; a ``-m`` expression of your own also runs what it selects at full stren
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,3 +86,18 @@ def load_corpus(corpus: Path | None = None) -> dict[str, list[dict[str, Any]]]:
         data = json.loads(path.read_text())
         out[path.stem] = data["tools"]
     return out
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """``serve`` configures the process's logging (``configure_logging``): put it back afterwards."""
+    from residency._cli._serve import QUIET_LOGGERS
+
+    root = logging.getLogger()
+    names = ("residency", *QUIET_LOGGERS, "transitions.core")
+    saved = (list(root.handlers), root.level, {n: logging.getLogger(n).level for n in names})
+    yield
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    for name, level in saved[2].items():
+        logging.getLogger(name).setLevel(level)

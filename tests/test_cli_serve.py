@@ -5,26 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from residency._cli import main
-from residency._cli._serve import QUIET_LOGGERS, configure_logging
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """``serve`` configures the process's logging: put it back afterwards."""
-    root = logging.getLogger()
-    names = ("residency", *QUIET_LOGGERS)
-    saved = (list(root.handlers), root.level, {n: logging.getLogger(n).level for n in names})
-    yield
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
-    for name, level in saved[2].items():
-        logging.getLogger(name).setLevel(level)
+from residency._cli._serve import configure_logging
 
 
 @pytest.mark.usefixtures("restore_logging")

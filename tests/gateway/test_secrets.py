@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -12,7 +12,7 @@ import anyio
 import mcp_types as types
 import pytest
 
-from residency._cli._serve import QUIET_LOGGERS, configure_logging, redact_logs
+from residency._cli._serve import configure_logging, redact_logs
 from residency._gateway._config import Secrets
 from residency._gateway._errors import redact_result
 from residency._gateway._http import bind
@@ -121,18 +121,6 @@ def test_a_secret_needing_json_escapes_is_still_found() -> None:
 
 
 # -- logs --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    names = ("residency", *QUIET_LOGGERS)
-    saved = (list(root.handlers), root.level, {n: logging.getLogger(n).level for n in names})
-    yield
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
-    for name, level in saved[2].items():
-        logging.getLogger(name).setLevel(level)
 
 
 @pytest.mark.usefixtures("restore_logging")

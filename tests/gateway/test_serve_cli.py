@@ -21,7 +21,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from residency._cli import main
-from residency._cli._serve import QUIET_LOGGERS, configure_logging
+from residency._cli._serve import configure_logging
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway._run import ServeOptions, redact_url, startup_summary
 from tests._timing import SERVING, START, STEP, UPSTREAMS_UP
@@ -115,18 +115,6 @@ def test_a_store_url_is_shown_without_its_password(url: str, shown: str) -> None
 
 
 # -- logging ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def restore_logging() -> Any:
-    root = logging.getLogger()
-    names = ("residency", *QUIET_LOGGERS, "transitions.core")
-    saved = (list(root.handlers), root.level, {n: logging.getLogger(n).level for n in names})
-    yield
-    root.handlers[:] = saved[0]
-    root.setLevel(saved[1])
-    for name, level in saved[2].items():
-        logging.getLogger(name).setLevel(level)
 
 
 @pytest.mark.usefixtures("restore_logging")
