@@ -450,28 +450,31 @@ def build_gateway(options: ServeOptions) -> Gateway:
 
 async def _run_gateway(options: ServeOptions) -> None:
     gateway = build_gateway(options)
-    async with gateway:
-        if options.transport == "stdio":
+    if options.transport == "stdio":
+        async with gateway:
             _say(startup_summary(gateway, options))
             await serve_stdio(gateway)
-            return
-        sock = bind(options.host, options.port)
+        return
+    # Bound before the upstreams start, so a taken port fails at once, not after their startup.
+    sock = bind(options.host, options.port)
 
-        def started(url: str) -> None:
-            _say(startup_summary(gateway, options, url))
-            _say(f"residency: serving MCP at {url}")
+    def started(url: str) -> None:
+        _say(startup_summary(gateway, options, url))
+        _say(f"residency: serving MCP at {url}")
 
-        await serve_http(
-            gateway,
-            sock,
-            host=options.host,
-            token=options.token,
-            insecure=options.insecure,
-            started=started,
-            allowed_hosts=options.allowed_hosts,
-            limits=options.config.residency.http,
-            auth=options.auth,
-        )
+    with sock:
+        async with gateway:
+            await serve_http(
+                gateway,
+                sock,
+                host=options.host,
+                token=options.token,
+                insecure=options.insecure,
+                started=started,
+                allowed_hosts=options.allowed_hosts,
+                limits=options.config.residency.http,
+                auth=options.auth,
+            )
 
 
 async def serve_stdio(gateway: Gateway) -> None:
