@@ -50,7 +50,11 @@ COMMANDS = (
         "residency._cli._view",
         "show what the model sees now in a gateway session: listed tools, tokens, tombstones",
     ),
-    Command("bench", "residency._cli._bench", "run benchmarks (all of them, small, when no name is given)"),
+    Command(
+        "bench",
+        "residency._cli._bench",
+        "measure what your tools cost per turn and what residency would save",
+    ),
     Command(
         "lifecycle",
         "residency._cli._lifecycle",
