@@ -24,7 +24,6 @@ from residency._search._learned import (
     HALF_LIFE_DAYS,
     PER_SESSION,
     SATURATION,
-    SHARPNESS,
     LearnedLabels,
     SearchLabel,
 )
@@ -154,17 +153,6 @@ def test_one_session_cannot_capture_the_ranking() -> None:
     )
     again = many.scores(UNFOUND, positions, len(index.tools))
     assert again is not None and again.max() == pytest.approx(1.0)  # capped, however many sessions
-
-
-def test_a_label_of_a_related_query_that_needed_another_tool_counts_for_little() -> None:
-    label = SearchLabel("list the open pull requests in the api repository", "list_prs", "a", 0.0)
-    learned = LearnedLabels([label], now=0.0)
-    (same,) = learned.similarities(label.query, None)
-    (related,) = learned.similarities("list the open issues in the api repository", None)
-    assert same == pytest.approx(1.0)
-    # 4 of 7 terms in common: 0.46 above the floor, cubed.
-    assert related == pytest.approx(((4 / 7 - 0.2) / 0.8) ** SHARPNESS)
-    assert related < 0.15
 
 
 def test_labels_fade_with_age_and_unrelated_queries_get_nothing() -> None:

@@ -121,7 +121,7 @@ class IndexedTool:
 @dataclass(frozen=True, slots=True)
 class SearchHit:
     """One ranked tool. ``score`` is BM25's, the cosine similarity, or the fused score (0 to 3.5,
-    5.5 with learned labels)."""
+    4.5 with learned labels)."""
 
     name: str
     summary: str

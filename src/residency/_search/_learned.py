@@ -11,9 +11,8 @@ How a query is scored against them (:meth:`LearnedLabels.scores`): each label ad
 - ``similarity`` is how close the query is to the label's query: the larger of the share of
   their terms in common (Jaccard, over ``query_terms``) above ``JACCARD_FLOOR`` and, where the
   index has a semantic model, the cosine of their embeddings above ``COSINE_FLOOR``, each
-  scaled to [0, 1], then raised to the power ``SHARPNESS``; so a label helps queries that say
-  the same need in other words, and not unrelated ones, nor, much, related ones that need
-  another tool (a label at 0.9 keeps 0.73 of its weight, one at 0.4 keeps 0.06);
+  scaled to [0, 1]; so a label
+  helps queries that say the same need in other words, and not unrelated ones;
 - ``weight`` halves every ``HALF_LIFE_DAYS``: old habits fade;
 
 and the sums are capped twice, so that no session can capture the ranking: what one session's
@@ -44,7 +43,6 @@ __all__ = [
     "PER_SESSION",
     "PER_TOOL",
     "SATURATION",
-    "SHARPNESS",
     "WEIGHT",
     "LearnedLabels",
     "SearchLabel",
@@ -58,15 +56,12 @@ PER_SESSION = 1.0
 """What one session's labels may add to one tool's score, at most."""
 SATURATION = 2.0
 """Sessions' worth of labels at which a tool's score reaches 1."""
-WEIGHT = 2.0
-"""The learned score's weight in the fused ranking."""
-SHARPNESS = 3.0
-"""The power a label's similarity is raised to. A label of a query of the same domain but
-another need (similarity 0.3 to 0.45) pulled its tool above the right one for queries whose
-tools had no label; cubed (and the weight doubled, to keep what labels add to near
-paraphrases), it no longer does. Chosen on the public set's tune half, split in two (labels of
-one part, queries of the other): MRR on queries without history -0.0030 -> -0.0001, with
-history +0.040 -> +0.041 (fusion)."""
+WEIGHT = 1.0
+"""The learned score's weight in the fused ranking. Gates tried against the small loss on
+queries whose tools have no label (labels of same-domain queries that needed another tool,
+similarity 0.3 to 0.45): a floor relative to the query's similarity to all labels, IDF-weighted
+term overlap, and similarities squared or cubed with this weight raised to 2 or 3. Chosen on
+the public set's tune half, none kept its gain and removed the loss on the held-out half."""
 COSINE_FLOOR = 0.6
 """Embedding similarity at or below this counts as none (unrelated queries score 0.1-0.4)."""
 JACCARD_FLOOR = 0.2
@@ -160,7 +155,7 @@ class LearnedLabels:
                 if row is not None:
                     cosine = float(row @ vector)
                     out[i] = max(out[i], _above(cosine, COSINE_FLOOR))
-        return [x**SHARPNESS for x in out]
+        return out
 
     def scores(
         self,
