@@ -63,14 +63,15 @@ def test_one_problem_reads_as_one_line() -> None:
 def test_problems_in_server_entries_and_the_residency_section_are_found_together() -> None:
     text = (
         '{"mcpServers": {\n "bad": {"comand": "x"},\n "r": {"url": "ftp://h"},\n'
-        ' "e": {"command": "x", "env": {"K": "${NOT_SET_A}-${NOT_SET_B}"}}},\n'
+        ' "e": {"command": "x", "env": {"K": "${NOT_SET_A}-${NOT_SET_B}"}},\n "none": {"args": []}},\n'
         ' "residency": {"delivery": "lists"}}'
     )
     assert _problems(text) == [
-        (2, "mcpServers.bad", None),
+        (2, "mcpServers.bad.comand", "command"),
         (3, "mcpServers.r.url", None),
         (4, "mcpServers.e.env.K", None),
-        (5, "residency.delivery", "list"),
+        (5, "mcpServers.none", None),
+        (6, "residency.delivery", "list"),
     ]
 
 

@@ -35,7 +35,8 @@ def test_a_standard_config_with_a_residency_section_loads() -> None:
 @pytest.mark.parametrize(
     ("text", "where", "line"),
     [
-        ('{"mcpServers": {"a": {"comand": "x"}}}', "mcpServers.a", 1),
+        ('{"mcpServers": {"a": {"comand": "x"}}}', "mcpServers.a.comand", 1),
+        ('{"mcpServers": {"a": {"args": []}}}', "mcpServers.a", 1),
         (
             '{"mcpServers": {},\n "residency": {\n  "budget": {"schema_tokens": -5}}}',
             "residency.budget.schema_tokens",

@@ -1,4 +1,4 @@
-"""``residency demo``: the seed-000 scenario through the gateway, narrated.
+"""``residency demo``: the ghost-tool scenario through the gateway, narrated.
 
 Starts the gateway in-process on the demo incident desk, connects a real ``mcp.Client`` (the
 handshake era, so list changes show), and plays an agent's turns: a mutation tool used early,
@@ -14,7 +14,7 @@ import argparse
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "Run the gateway in-process on the demo incident desk and drive the seed-000 "
+        "Run the gateway in-process on the demo incident desk and drive the ghost-tool "
         "scenario through a real MCP client: demotion, tombstone, refusal, re-expansion, migration."
     )
     p.add_argument("--budget", type=int, default=700, help="schema token budget per turn (default: 700)")

@@ -47,15 +47,16 @@ Who a session is:
   HTTP, handshake era (initialize; protocol up to 2025-11-25)
                 the connection's Mcp-Session-Id.
   HTTP, 2026-07-28 era
-                the Residency-Session request header when sent; else the bearer-token
-                identity when a token is configured (--token); else a throwaway session
-                per request that shares nothing with anyone.
+                the Residency-Session request header when sent; else the caller's
+                identity when a token (--token) or OAuth (residency.auth) is configured;
+                else a throwaway session per request that shares nothing with anyone.
   any transport, any era
                 a Residency-Session header or _meta["residency/session"] on a request
                 names its session (1-128 of letters, digits and ._:@/+=-).
   --session on HTTP names the session of every request that names none.
   With a token, a key a request names is bound to the token: it names a
-  different session under another token.
+  different session under another token. Under OAuth it is bound to the
+  caller's identity (issuer, subject and client), the --session default too.
 
 Exposure (HTTP):
   The token comes from --token, else env {TOKEN_ENV}, else the config's
@@ -65,6 +66,10 @@ Exposure (HTTP):
   not read as "no token". Without a token the gateway binds only loopback
   (127.0.0.1, ::1, localhost); --insecure lets it bind elsewhere unauthenticated,
   for a gateway behind a proxy that authenticates.
+  Instead of a token, residency.auth in the config makes the gateway an OAuth 2.1
+  resource server: JWT access tokens checked against the issuer's keys (or
+  introspected), metadata at /.well-known/oauth-protected-resource. A token and
+  residency.auth cannot be set together.
 
 Limits (HTTP):
   Connections and requests in flight are capped per client address and in
@@ -114,7 +119,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         "allowed already); other Host headers get 421",
     )
     p.add_argument(
-        "--store", metavar="URL", help="session store: memory:// or sqlite:///path.db (overrides the config)"
+        "--store",
+        metavar="URL",
+        help="session store: memory://, sqlite:///path.db or postgresql://... (overrides the config)",
     )
     p.add_argument(
         "--delivery",

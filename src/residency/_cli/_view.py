@@ -45,7 +45,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "or an unknown session."
     )
     p.add_argument(
-        "--store", required=True, metavar="URL", help="sqlite:///path.db (or a path to a .db file)"
+        "--store",
+        required=True,
+        metavar="URL",
+        help="sqlite:///path.db (or a path to a .db file) or postgresql://...",
     )
     p.add_argument(
         "--session",
@@ -61,7 +64,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--minify",
         choices=_LEVELS,
-        help="the gateway's minify level (overrides --config; lossless is an older name for full-text)",
+        help="the gateway's minify level (overrides --config; lossless means full-text)",
     )
     p.add_argument("--json", action="store_true", help="print the view as JSON")
     p.set_defaults(run=run)

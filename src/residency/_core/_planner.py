@@ -156,7 +156,8 @@ class Budget:
     def greedy(
         cls, schema_tokens: int, argument_tokens: int, idle_turns: int | None = GREEDY_IDLE_TURNS
     ) -> Budget:
-        """The greedy planner with its defaults from before ``stable`` (``idle_turns=8``)."""
+        """The greedy planner: the list kept to the budget on every turn, and a tool idle for
+        ``idle_turns`` (default 8) demoted."""
         return cls(schema_tokens, argument_tokens, idle_turns, "greedy")
 
     @property

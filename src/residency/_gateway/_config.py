@@ -37,7 +37,7 @@ from residency._core._minify import DEFAULT_LEVEL, MINIFY_ALIASES, MINIFY_LEVELS
 from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
 from residency._gateway._aggregate import check_server_names
-from residency._gateway._config_problems import Problems, line_of, validate
+from residency._gateway._config_problems import Problems, line_of, near, validate
 from residency._gateway._http_limits import HTTPSettings
 from residency._gateway._oauth_config import OAuthSettings
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
@@ -489,7 +489,13 @@ def parse_config(
     for name, entry in servers.items():
         loc = ("mcpServers", name)
         if not isinstance(entry, dict) or ("url" not in entry and "command" not in entry):
-            found.add(loc, "expected an object with 'command' (stdio) or 'url' (HTTP)")
+            # A near-miss key ("comand", "URL") is named with what it was meant to be.
+            meant = [(k, near(str(k), ["command", "url"])) for k in entry] if isinstance(entry, dict) else []
+            key, suggestion = next(((k, m) for k, m in meant if m is not None), (None, None))
+            if key is not None:
+                found.add((*loc, str(key)), "unknown key", suggestion)
+            else:
+                found.add(loc, "expected an object with 'command' (stdio) or 'url' (HTTP)")
             continue
         server: StdioServer | HTTPServer | None
         if "url" in entry:

@@ -94,7 +94,7 @@ def _expected(model: type[BaseModel], loc: tuple[str, ...], error: Any) -> tuple
     if kind == "extra_forbidden":
         parent = _model_at(model, loc[:-1])
         keys = [] if parent is None else _keys_of(parent)
-        return "unknown key", _near(loc[-1] if loc else "", keys)
+        return "unknown key", near(loc[-1] if loc else "", keys)
     if kind in _PLAIN:
         return _PLAIN[kind], None
     if kind in _BOUNDS:
@@ -103,8 +103,8 @@ def _expected(model: type[BaseModel], loc: tuple[str, ...], error: Any) -> tuple
     if kind == "literal_error":
         expected = str(ctx.get("expected", ""))
         given = error.get("input")
-        near = _near(given, re.findall(r"'([^']*)'", expected)) if isinstance(given, str) else None
-        return f"expected one of {expected}", near
+        meant = near(given, re.findall(r"'([^']*)'", expected)) if isinstance(given, str) else None
+        return f"expected one of {expected}", meant
     if kind == "string_pattern_mismatch" and str(ctx.get("pattern", "")).startswith("^https?://"):
         return "expected an http:// or https:// URL", None
     return str(error.get("msg", "invalid value")).removeprefix("Value error, "), None
@@ -126,7 +126,7 @@ def _keys_of(model: type[BaseModel]) -> list[str]:
     return [f.alias or n for n, f in model.model_fields.items() if n not in _INTERNAL_FIELDS]
 
 
-def _near(given: str, choices: list[str]) -> str | None:
+def near(given: str, choices: list[str]) -> str | None:
     """The choice ``given`` was most likely meant to be (difflib), or None."""
     close = difflib.get_close_matches(given, choices, n=1, cutoff=0.7)
     if not close:
