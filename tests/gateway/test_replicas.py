@@ -338,9 +338,11 @@ async def test_replicas_hammering_one_session_never_fork_or_lose_a_call(fleet: F
     print(f"{len(calls)} calls, {conflicts} surfaced conflicts")
 
 
+# Tools the demo does not pin: a pinned tool is reused elsewhere by definition, so archiving a
+# chain leaves it resident (guarded) instead of archived.
 CHAIN: dict[str, Any] = {
-    "topology": ["list_services", "get_service_health", "query_metrics"],
-    "failure": "query_metrics: 500 metric store timeout for every service",
+    "topology": ["list_services", "list_deploys", "get_runbook"],
+    "failure": "get_runbook: 500 runbook store timeout for every service",
     "constraint": {"all": []},
     "credentials": [],
 }
