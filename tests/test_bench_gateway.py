@@ -19,7 +19,7 @@ from benchmarks.run import BENCHES
 from benchmarks.run import main as run_main
 from residency._gateway import RESPONSES_ENV
 from residency._gateway._meta_tools import listed_meta_tools
-from tests._timing import SERVING, START, TEST
+from tests._timing import SERVING, START, STEP, TEST
 
 
 def test_the_nearest_rank_percentile_picks_a_measured_sample() -> None:
@@ -107,7 +107,7 @@ async def test_the_http_fronts_the_bench_compares_answer_as_labelled_and_forward
         async with (
             bench._process(bench.upstream_argv("http", up_port), tmp_path / "up.log") as up,
             contextlib.AsyncExitStack() as stack,
-            httpx2.AsyncClient() as http,
+            httpx2.AsyncClient(timeout=STEP) as http,  # the first answer of a busy front
         ):
             await bench.wait_for_port(up_port, up, timeout=START)
             for i, (argv, environment, answers_json) in enumerate(fronts):

@@ -76,7 +76,9 @@ def test_a_real_client_on_the_machine_address_lists_and_calls(wildcard: tuple[Sh
     async def run() -> tuple[list[str], bool]:
         with anyio.fail_after(STEP):
             async with (
-                httpx2.AsyncClient(headers={**AUTH, "Residency-Session": "binding"}) as http,
+                httpx2.AsyncClient(
+                    headers={**AUTH, "Residency-Session": "binding"}, timeout=httpx2.Timeout(STEP, read=None)
+                ) as http,
                 Client(streamable_http_client(url, http_client=http), mode="legacy") as client,
             ):
                 names = [t.name for t in (await client.list_tools()).tools]
