@@ -266,6 +266,8 @@ class Gateway:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        # A warm-up thread may finish after this: a stopped gateway announces nothing.
+        self._vectors_news = False
         stack, self._stack = self._stack, None
         if stack is not None:
             if self._tg is not None:
