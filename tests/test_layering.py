@@ -2,8 +2,12 @@
 
 - the core (``residency._core``) does no I/O: it imports no MCP, async, database or HTTP
   library, no clock, and nothing of the layers above it;
-- the runtime (everything outside ``_gateway``, ``_cli`` and ``_bench``, and the gateway's
-  public faces ``gateway.py`` and ``demo.py``) never imports the gateway;
+- the runtime (everything outside ``_gateway``, ``_ui``, ``_cli`` and ``_bench``, and the
+  gateway's public faces ``gateway.py`` and ``demo.py``) never imports the gateway, nor the
+  dashboard and store readers (``_ui``);
+- the store readers and dashboard (``_ui``) sit beside the gateway, below the command line: they
+  never import ``_cli``; outside ``_ui`` and ``_cli`` only the HTTP front (``_gateway/_http.py``)
+  imports the dashboard's web side, in one place, so the gateway's other modules stay free of it;
 - nothing imports the shipped benchmarks (``residency._bench``) but the command line, and
   nothing in the package imports the repository's (``benchmarks/``);
 - the benchmarks, shipped and repository ones, use the gateway through its public names only
@@ -64,8 +68,13 @@ CORE = [m for m in MODULES if m[0].startswith("_core/")]
 GATEWAY_FACES = ("gateway.py", "demo.py")
 """The public modules of the gateway layer (``residency.gateway``, ``residency.demo``)."""
 RUNTIME = [
-    m for m in MODULES if not m[0].startswith(("_gateway/", "_cli/", "_bench/")) and m[0] not in GATEWAY_FACES
+    m
+    for m in MODULES
+    if not m[0].startswith(("_gateway/", "_ui/", "_cli/", "_bench/")) and m[0] not in GATEWAY_FACES
 ]
+UI = [m for m in MODULES if m[0].startswith("_ui/")]
+BESIDE_UI = [m for m in MODULES if not m[0].startswith(("_ui/", "_cli/"))]
+UI_WEB = ("residency._ui._app", "residency._ui._front", "residency._ui._pages", "residency._ui._html")
 NOT_CLI = [m for m in MODULES if not m[0].startswith(("_cli/", "_bench/"))]
 BENCH = [m for m in MODULES if m[0].startswith("_bench/")]
 REPO_BENCH = [(f"benchmarks/bench/{name}", imports) for name, imports in _modules(REPO_BENCHES)]
@@ -81,6 +90,25 @@ def test_the_core_does_no_io_and_imports_nothing_above_it(module: str, imports: 
 @pytest.mark.parametrize(("module", "imports"), RUNTIME, ids=_ids(RUNTIME))
 def test_the_runtime_never_imports_the_gateway(module: str, imports: set[str]) -> None:
     assert not {i for i in imports if i.startswith("residency._gateway")}
+
+
+@pytest.mark.parametrize(("module", "imports"), RUNTIME, ids=_ids(RUNTIME))
+def test_the_runtime_never_imports_the_dashboard(module: str, imports: set[str]) -> None:
+    assert not {i for i in imports if i.startswith("residency._ui")}
+
+
+@pytest.mark.parametrize(("module", "imports"), UI, ids=_ids(UI))
+def test_the_dashboard_never_imports_the_command_line(module: str, imports: set[str]) -> None:
+    assert not {i for i in imports if i.startswith(("residency._cli", "residency._bench"))}
+
+
+@pytest.mark.parametrize(("module", "imports"), BESIDE_UI, ids=_ids(BESIDE_UI))
+def test_only_the_http_front_imports_the_dashboard(module: str, imports: set[str]) -> None:
+    reached = {i for i in imports if i.startswith(UI_WEB)}
+    if module == "_gateway/_http.py":
+        assert reached <= {"residency._ui._front", "residency._ui._front.gateway_dashboard"}
+    else:
+        assert not reached, f"{module} imports the dashboard: {sorted(reached)}"
 
 
 @pytest.mark.parametrize(("module", "imports"), NOT_CLI, ids=_ids(NOT_CLI))
@@ -103,5 +131,6 @@ def test_the_benchmarks_use_only_the_public_names_of_the_gateway(module: str, im
 def test_the_check_sees_the_whole_package() -> None:
     names = _ids(MODULES)
     assert "_core/_lifecycle.py" in names and "_gateway/_server.py" in names and len(names) > 40
+    assert "_ui/_app.py" in names and "_ui/_reads.py" in names
     assert BENCH, "no shipped benchmark module found"
     assert "benchmarks/bench/gateway.py" in _ids(REPO_BENCH), "no repository benchmark found"

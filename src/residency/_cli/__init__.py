@@ -51,6 +51,11 @@ COMMANDS = (
         "show what the model sees now in a gateway session: listed tools, tokens, tombstones",
     ),
     Command(
+        "ui",
+        "residency._cli._ui",
+        "serve the read-only operator dashboard for a store in a browser",
+    ),
+    Command(
         "bench",
         "residency._cli._bench",
         "measure what your tools cost per turn and what residency would save",

@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from residency._errors import ConfigError, ResidencyError
+from residency._errors import ResidencyError
 from residency._text import printable
 
 if TYPE_CHECKING:
@@ -44,22 +43,18 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def _open(location: str) -> Store:
-    from residency._store import open_store
+    """The store at ``location``, never created or upgraded (``_reads.open_readonly``)."""
+    from residency._ui._reads import open_readonly
 
-    url = location if "://" in location or location.startswith("memory:") else f"sqlite:///{location}"
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///") :])
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such store file", where="store")
-    return open_store(url, create=False)  # the commands never create or upgrade a store
+    return open_readonly(location)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from residency._cli._session_names import find_session, session_key_of
     from residency._runtime import Session
     from residency._store import redact_url
+    from residency._ui._names import find_session, session_key_of
 
     console = Console()
     try:

@@ -23,16 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Collection
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from residency._core._minify import MINIFY_ALIASES, MINIFY_LEVELS
 from residency._errors import ConfigError, ResidencyError
 from residency._text import printable
+from residency._ui._reads import ServedWith, view
 
-if TYPE_CHECKING:
-    from residency._runtime import Session
+__all__ = ["ServedWith", "configure", "run", "view"]
 
 _LEVELS = (*MINIFY_LEVELS, *MINIFY_ALIASES)
 
@@ -70,17 +68,6 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
-@dataclass(frozen=True)
-class ServedWith:
-    """What of the gateway's config decides the list it serves (the journal does not say)."""
-
-    minify: str
-    offload: bool = False
-    """Results are recorded as spans (offloading or tag rules): ``read_span`` is listed."""
-    delivery: str = "reference"
-    pinned: tuple[str, ...] = ()
-
-
 def _served_with(args: argparse.Namespace) -> ServedWith:
     """How the gateway served the session, from ``--config`` (or the demo's) and ``--minify``.
 
@@ -91,69 +78,24 @@ def _served_with(args: argparse.Namespace) -> ServedWith:
     from residency._gateway._run import DEMO_CONFIG
 
     config = load_config(args.config) if args.config else parse_config(DEMO_CONFIG, source="<demo>")
-    r = config.residency
-    level = MINIFY_ALIASES.get(args.minify, str(args.minify)) if args.minify is not None else r.minify
-    return ServedWith(level, r.spans.recorded, r.delivery, tuple(r.pinned))
-
-
-def view(
-    session: Session, *, offload: bool = False, delivery: str = "list", pinned: Collection[str] = ()
-) -> dict[str, Any]:
-    """What the model sees now in ``session``: listed tools and meta-tools with tokens, tombstones.
-
-    ``offload``: the gateway records results as spans (offloading or tag rules; ``read_span``
-    is listed then). ``delivery``: the gateway's; by reference only the ``pinned`` tools are
-    listed, and ``call_tool`` is (as for ``auto``).
-    """
-    from residency._gateway._meta_tools import listed_meta_tools, meta_tool_definitions
-    from residency._tokens import count_tokens, tokenizer_name
-
-    tombstones = session.tombstones()
-    resident = session.resident_tools()
-    if delivery == "reference":
-        resident = [n for n in resident if n in pinned]
-    tools = [(n, session.tool(n).tokens) for n in resident]
-    listed = listed_meta_tools(chains=bool(session.chains()), offload=offload, call_tool=delivery != "list")
-    meta = [(str(d["name"]), count_tokens(d)) for d in meta_tool_definitions(listed)]
-    tool_tokens = sum(t for _, t in tools)
-    meta_tokens = sum(t for _, t in meta)
-    return {
-        "session": session.session_id,
-        "turn": session.turn,
-        "delivery": delivery,
-        "tools": [{"name": n, "tokens": t} for n, t in tools],
-        "meta_tools": [{"name": n, "tokens": t} for n, t in meta],
-        "tool_tokens": tool_tokens,
-        "meta_tool_tokens": meta_tokens,
-        "total_tokens": tool_tokens + meta_tokens,
-        "tokenizer": tokenizer_name(),
-        "tombstones": tombstones,
-    }
+    level = MINIFY_ALIASES.get(args.minify, str(args.minify)) if args.minify is not None else None
+    return ServedWith.of(config, level)
 
 
 def run(args: argparse.Namespace) -> int:
-    from residency._cli._inspect import _open
-    from residency._cli._session_names import find_session
-    from residency._gateway._meta_tools import REEXPAND_TOOLS
-    from residency._gateway._server import _minifier
-    from residency._runtime import Session
     from residency._store import redact_url
+    from residency._ui._names import find_session
+    from residency._ui._reads import open_readonly, open_session
 
     try:
         served = _served_with(args)
-        store = _open(args.store)
+        store = open_readonly(args.store)
     except ResidencyError as exc:
         print(f"residency view: {printable(str(exc))}", file=sys.stderr)
         return 2
     try:
         found = find_session(store.sessions(), args.session, where=redact_url(args.store))
-        session = Session(
-            store,
-            session_id=found,
-            resume=True,
-            minify=_minifier(served.minify),
-            reexpand_tool=REEXPAND_TOOLS,
-        )
+        session = open_session(store, found, served)
         listed = view(session, offload=served.offload, delivery=served.delivery, pinned=served.pinned)
         shown = {"requested": args.session, **listed, "minify": served.minify}
     except (ConfigError, ResidencyError) as exc:

@@ -10,6 +10,8 @@ Paths:
               get error results until a restart succeeds), 200 if they are only ``starting`` or
               ``stopped`` (the next call starts them).
 ``/metrics``  ``GET``: the Prometheus text format (see ``_telemetry``).
+``/ui``       ``GET``: the read-only operator dashboard (``residency._ui``), behind the same
+              credentials (with a static token, also a cookie its ``/ui/login`` form sets).
 ``/``         ``GET``: a short plain-text page for a person with curl: the paths, how to connect,
               examples of both protocol eras (``_http_help``). A request to ``/mcp`` that
               names no session and opens none is told what to send (``SessionHint``).
@@ -92,6 +94,7 @@ from residency._gateway._request_ids import RequestIds
 from residency._gateway._resources import upstream_status
 from residency._gateway._server import Gateway
 from residency._gateway._upstream import Upstream
+from residency._ui._front import gateway_dashboard
 
 __all__ = [
     "MIN_TOKEN_CHARS",
@@ -347,10 +350,22 @@ def http_app(
     app = RequestIds(app, path=MCP_PATH, max_body_bytes=front.settings.max_body_bytes)
     # Outermost last: the request caps and the Host check, the token, then the bounded body.
     app = BoundedBody(app, front)
+    validator = None
     if token:
         app = BearerToken(app, token)
     elif auth is not None:
-        app = OAuthBearer(app, auth, mcp_path=MCP_PATH)
+        bearer = OAuthBearer(app, auth, mcp_path=MCP_PATH)
+        app, validator = bearer, bearer.validator
+    # The read-only dashboard (/ui) answers behind the same credentials (``residency._ui._app``).
+    app = gateway_dashboard(
+        app,
+        gateway,
+        loopback=is_loopback(host),
+        token=token,
+        auth=auth,
+        validator=validator,
+        mcp_path=MCP_PATH,
+    )
     app = Admission(app, front, security)
     return app
 
