@@ -331,9 +331,8 @@ class DashboardGate:
         if self._app is not None and not (path == PREFIX or path.startswith(PREFIX + "/")):
             await self._app(scope, receive, send)
             return
-        if scope["type"] != "http":
-            if self._app is not None:
-                await self._app(scope, receive, send)
+        if scope["type"] != "http":  # lifespan: the app's own (the dashboard's, standing alone)
+            await (self._app if self._app is not None else self._dashboard)(scope, receive, send)
             return
         if self._oauth is not None:
             await self._oauth(scope, receive, send)
