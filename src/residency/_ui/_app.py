@@ -22,7 +22,7 @@ Who may open them (``DashboardGate``), decided in this order:
   403, even with ``--insecure`` (a proxy that authenticates MCP clients may not be one an
   operator's pages should trust).
 
-Every answer carries ``no-store``, ``nosniff``, ``no-referrer``, frame denial and the pages'
+Every answer carries ``no-store``, ``nosniff``, a same-origin referrer policy, frame denial and the pages'
 Content-Security-Policy (``_html.CSP``). Store reads run in a worker thread: a page never holds
 the gateway's event loop.
 """
@@ -75,7 +75,7 @@ _HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # "no-referrer" makes a browser send "Origin: null"
 }
 
 
