@@ -178,6 +178,18 @@ def _upstreams(source: Source) -> tuple[Html, str]:
     return _pages.upstreams_page(entries, stamp=stamp, where=source.where), stamp
 
 
+def _stamp(source: Source, path: str, query: str) -> str | None:
+    """What ``_render`` would stamp the page at ``path`` with; for a session page without
+    replaying it (its stamp is its journal's last entry, ``Session.seq``)."""
+    if path.startswith(PREFIX + "/session/"):
+        store = source.store()
+        found = find_session(store.sessions(), unquote(path[len(PREFIX + "/session/") :]), where=source.where)
+        entries = store.load(found)
+        return str(entries[-1].seq if entries else 0)
+    result = _render(source, path, query)
+    return None if result is None else result[1]
+
+
 def _render(source: Source, path: str, query: str) -> tuple[Html, str] | None:
     """The page at ``path`` (with its query) and its stamp; None for no such page."""
     params = {k: v[-1] for k, v in parse_qs(query).items()}
@@ -211,12 +223,12 @@ def dashboard_app(source: Source, *, health: bool = False) -> Starlette:
     async def stamp(request: Request) -> Response:
         wanted = urlsplit(request.query_params.get("path", PREFIX + "/"))
         try:
-            result = await anyio.to_thread.run_sync(_render, source, wanted.path, wanted.query)
+            found = await anyio.to_thread.run_sync(_stamp, source, wanted.path, wanted.query)
         except ResidencyError:
+            found = None
+        if found is None:
             return PlainTextResponse("", status_code=404, headers=_HEADERS)
-        if result is None:
-            return PlainTextResponse("", status_code=404, headers=_HEADERS)
-        return PlainTextResponse(result[1], headers=_HEADERS)
+        return PlainTextResponse(found, headers=_HEADERS)
 
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
