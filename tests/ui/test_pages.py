@@ -343,3 +343,30 @@ async def test_a_gateway_serves_the_dashboard_behind_its_token_with_its_upstream
                     assert mcp.status_code == 401
     finally:
         store.close()
+
+
+def test_the_cost_plot_charges_a_changed_tool_block_as_a_cache_write(stored: dict[str, Any]) -> None:
+    from residency._bench._pricing import DEFAULT_PROFILE, PROFILES
+    from residency._ui._reads import CACHE_READ, CACHE_WRITE, Turn, plot_series
+
+    assert (PROFILES[DEFAULT_PROFILE].write, PROFILES[DEFAULT_PROFILE].read) == (CACHE_WRITE, CACHE_READ)
+    store = SQLiteStore(stored["path"])
+    try:
+        session = Session(store, session_id=HOSTILE_KEY, resume=True)
+        tokens = {n: session.tool(n).tokens for n in session.tools()}
+        both, one = (HOSTILE_TOOL, "plain_tool"), ("plain_tool",)
+        turns = [Turn(0, (), both), Turn(1, (), both), Turn(2, (), one)]
+        points = plot_series(session, turns)
+    finally:
+        store.close()
+    everything = sum(tokens.values())
+    assert [p.all_tokens for p in points] == [everything] * 3
+    assert [p.shown_tokens for p in points] == [everything, everything, tokens["plain_tool"]]
+    write, read = everything * CACHE_WRITE, everything * CACHE_READ
+    assert [p.all_cost for p in points] == [
+        round(write, 1),
+        round(write + read, 1),
+        round(write + 2 * read, 1),
+    ]
+    changed = write + read + tokens["plain_tool"] * CACHE_WRITE
+    assert points[2].shown_cost == round(changed, 1)

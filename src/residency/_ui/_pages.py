@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 
 from residency._core._events import EventKind
 from residency._ui._html import Html, esc, join, page, plot, table, tag, when
-from residency._ui._reads import IDENTITIES, SessionPage, Turn
+from residency._ui._reads import IDENTITIES, PlotPoint, SessionPage, Turn
 
 __all__ = ["chains_page", "login_page", "session_page", "sessions_page", "upstreams_page"]
 
@@ -108,7 +108,7 @@ def _turn_block(t: Turn) -> Html:
 def session_page(
     listed: Mapping[str, Any],
     turns: Sequence[Turn],
-    series: Sequence[tuple[int, int, int]],
+    series: Sequence[PlotPoint],
     spans: Sequence[Mapping[str, Any]],
     chains: Sequence[Mapping[str, Any]],
     *,
@@ -134,25 +134,22 @@ def session_page(
     tombstones = tag(
         "ul", join(tag("li", line) for line in listed["tombstones"]) or tag("li", "(none)"), id="tombstones"
     )
-    cumulative_shown = cumulative_all = 0
-    shown_pts, all_pts, sent_shown, sent_all = [], [], [], []
-    for turn, shown, everything in series:
-        cumulative_shown += shown
-        cumulative_all += everything
-        shown_pts.append((float(turn), float(shown)))
-        all_pts.append((float(turn), float(everything)))
-        sent_shown.append((float(turn), float(cumulative_shown)))
-        sent_all.append((float(turn), float(cumulative_all)))
     plots = plot(
-        [("resident tools", shown_pts), ("showing every tool", all_pts)],
+        [
+            ("resident tools", [(p.turn, p.shown_tokens) for p in series]),
+            ("showing every tool", [(p.turn, p.all_tokens) for p in series]),
+        ],
         title="tool tokens per turn",
         x_label="turn",
         y_label="tokens",
     ) + plot(
-        [("resident tools", sent_shown), ("showing every tool", sent_all)],
-        title="tool tokens sent, cumulative",
+        [
+            ("resident tools", [(p.turn, p.shown_cost) for p in series]),
+            ("showing every tool", [(p.turn, p.all_cost) for p in series]),
+        ],
+        title="cached cost of the tool block, cumulative (uncached input token = 1)",
         x_label="turn",
-        y_label="tokens",
+        y_label="cost",
     )
     timeline = join(_turn_block(t) for t in turns) or tag("p", "(no events)")
     span_rows = [

@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from residency._store._protocol import Store
 
 __all__ = [
+    "CACHE_READ",
+    "CACHE_WRITE",
     "IDENTITIES",
+    "PlotPoint",
     "ServedWith",
     "SessionPage",
     "SessionRow",
@@ -280,12 +283,45 @@ def _turn_starts(store: Store, session_id: str) -> list[tuple[int, float]]:
     return [(int(e.data.get("turn", 0)), e.at) for e in store.load(session_id) if e.op == "turn"]
 
 
-def plot_series(session: Session, turns: Sequence[Turn]) -> list[tuple[int, int, int]]:
-    """``(turn, tokens of the tools resident after it, tokens of every registered tool)`` per
-    turn: what the model was shown against showing everything (current definitions' tokens)."""
+CACHE_WRITE = 1.25
+"""The price of a tool-block token written to the prompt cache, an uncached input token being 1
+(Anthropic's 5-minute cache: ``residency bench cost``'s default ``anthropic-5m`` profile)."""
+CACHE_READ = 0.1
+"""The price of a tool-block token read from the prompt cache (the same profile)."""
+
+
+@dataclass(frozen=True)
+class PlotPoint:
+    """One turn of a session's plots: what the tool block held and cost, against showing every
+    registered tool (each tool at its current definition's tokens).
+
+    ``shown_cost``/``all_cost``: the tool block's cached cost up to this turn, in uncached input
+    tokens: a turn whose block equals the turn before's reads it from the cache (``CACHE_READ``),
+    a turn whose block changed writes it again (``CACHE_WRITE``). Showing everything writes once
+    and then reads; a list that changes often pays writes each time it changes.
+    """
+
+    turn: int
+    shown_tokens: int
+    all_tokens: int
+    shown_cost: float
+    all_cost: float
+
+
+def plot_series(session: Session, turns: Sequence[Turn]) -> list[PlotPoint]:
+    """The points of ``session``'s plots, one per turn of ``turns`` (see ``PlotPoint``)."""
     tokens = {name: session.tool(name).tokens for name in session.tools()}
     everything = sum(tokens.values())
-    return [(t.turn, sum(tokens.get(n, 0) for n in t.resident), everything) for t in turns]
+    points = []
+    shown_cost = all_cost = 0.0
+    previous: tuple[str, ...] | None = None
+    for i, t in enumerate(turns):
+        shown = sum(tokens.get(n, 0) for n in t.resident)
+        shown_cost += shown * (CACHE_READ if t.resident == previous else CACHE_WRITE)
+        all_cost += everything * (CACHE_WRITE if i == 0 else CACHE_READ)
+        previous = t.resident
+        points.append(PlotPoint(t.turn, shown, everything, round(shown_cost, 1), round(all_cost, 1)))
+    return points
 
 
 # -- the chain archive --------------------------------------------------------------------------
