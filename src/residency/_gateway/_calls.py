@@ -147,6 +147,7 @@ from residency._gateway._host_reports import (
 from residency._gateway._revoke import revoke_off_loop
 from residency._gateway._sessions import GatewaySession
 from residency._gateway._upstream import ToolsChanged, Upstream
+from residency._gateway._upstream_auth import caller_of, calling_as
 from residency._runtime import Session, TurnPlan
 from residency._text import printable
 
@@ -198,12 +199,14 @@ class ToolCalls:
     ) -> types.CallToolResult:
         """Answer one ``tools/call`` (retried once on a ``SessionConflict``, see the module docstring)."""
         extra_meta: JSONObject = {}
-        try:
-            return await self._turn(ctx, params, extra_meta)
-        except SessionConflict:
-            if CALL_META_KEY in extra_meta:
-                raise
-        return await self._turn(ctx, params, {})
+        # Upstreams that take each caller's token get this caller's (``_upstream_auth``).
+        with calling_as(caller_of(ctx.request)):
+            try:
+                return await self._turn(ctx, params, extra_meta)
+            except SessionConflict:
+                if CALL_META_KEY in extra_meta:
+                    raise
+            return await self._turn(ctx, params, {})
 
     async def _turn(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams, extra_meta: JSONObject

@@ -9,7 +9,8 @@ reported at once, in one ``ConfigError``.
 
 Values in ``env`` and ``headers`` are secrets: they are held as ``SecretStr`` (so no ``repr`` or
 log line shows them) and ``Secrets.redact`` scrubs them from any text the gateway sends out.
-``${NAME}`` in those values is replaced by the gateway's own environment variable ``NAME``;
+So is an HTTP entry's ``credentials.client_secret`` (``_credentials_config``). ``${NAME}`` in
+those values is replaced by the gateway's own environment variable ``NAME``;
 ``${env:NAME}`` (how Cursor and VS Code write it) is the same, so entries copied from their
 files keep working. VS Code's ``${input:ID}`` has no prompt here and is an error.
 """
@@ -38,6 +39,7 @@ from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
 from residency._gateway._aggregate import check_server_names
 from residency._gateway._config_problems import Problems, line_of, near, validate
+from residency._gateway._credentials_config import CredentialsSettings
 from residency._gateway._http_limits import HTTPSettings
 from residency._gateway._oauth_config import OAuthSettings
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
@@ -316,6 +318,8 @@ class HTTPServer(_ServerBase):
             (2026-07-28 whenever it is offered) or ``legacy`` (always the handshake era); see
             ``_http_upstream``.
         max_message_bytes: the largest SSE event accepted from it (a ``tools/list`` page is one).
+        credentials: how the gateway authenticates to it with OAuth (``_credentials_config``);
+            None: only ``headers``.
     """
 
     type: Literal["http", "streamable-http", "streamableHttp"] = "http"
@@ -323,6 +327,21 @@ class HTTPServer(_ServerBase):
     headers: dict[str, SecretStr] = {}
     era: Literal["auto", "modern", "legacy"] = "auto"
     max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    credentials: CredentialsSettings | None = None
+
+    @model_validator(mode="after")
+    def _one_authorization(self) -> HTTPServer:
+        mode = self.credentials.mode if self.credentials is not None else None
+        if mode in ("client_credentials", "token_exchange") and any(
+            k.lower() == "authorization" for k in self.headers
+        ):
+            raise ValueError(f"credentials ({mode}) set the Authorization header: remove it from headers")
+        if mode in ("token_exchange", "passthrough") and self.era == "legacy":
+            raise ValueError(
+                f'credentials ({mode}) send a token per call, which needs the 2026-07-28 era (no '
+                f'session bound to one caller): set era to "auto" or "modern"'
+            )
+        return self
 
 
 class GatewayConfig(_Strict):
@@ -356,6 +375,9 @@ class GatewayConfig(_Strict):
         for server in self.servers.values():
             found = server.env if isinstance(server, StdioServer) else server.headers
             values.extend(v.get_secret_value() for v in found.values())
+            credentials = server.credentials if isinstance(server, HTTPServer) else None
+            if credentials is not None and credentials.client_secret is not None:
+                values.append(credentials.client_secret.get_secret_value())
         if self.residency.token is not None:
             values.append(self.residency.token.get_secret_value())
         auth = self.residency.auth
@@ -409,6 +431,14 @@ class Secrets:
         self._values = sorted(found, key=len, reverse=True)
         # How each value appears inside JSON text (quotes, backslashes, controls escaped).
         self._json_forms = [json.dumps(v, ensure_ascii=False)[1:-1] for v in self._values]
+
+    def discard(self, *values: str) -> None:
+        """Stop scrubbing ``values`` (a token that expired and is held no more)."""
+        gone = set(values)
+        kept = [v for v in self._values if v not in gone]
+        if len(kept) != len(self._values):
+            self._values = kept
+            self._json_forms = [json.dumps(v, ensure_ascii=False)[1:-1] for v in kept]
 
     def __bool__(self) -> bool:
         return bool(self._values)
@@ -525,6 +555,11 @@ def _expand(data: dict[str, Any], env: Mapping[str, str], found: Problems) -> di
                         k: _expand_value(v, env, found, ("mcpServers", name, field, k))
                         for k, v in values.items()
                     }
+            credentials = entry.get("credentials")
+            if isinstance(credentials, dict) and "client_secret" in credentials:
+                loc = ("mcpServers", name, "credentials", "client_secret")
+                secret = _expand_value(credentials["client_secret"], env, found, loc)
+                entry["credentials"] = {**credentials, "client_secret": secret}
         out[name] = entry
     return {**data, "mcpServers": out}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -115,6 +115,8 @@ def _model_at(model: type[BaseModel], loc: tuple[str, ...]) -> type[BaseModel] |
     for part in loc:
         field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
         annotation = field.annotation if field is not None else None
+        # An optional section (``Model | None``) holds the keys of its model.
+        annotation = next((a for a in get_args(annotation) if isinstance(a, type)), annotation)
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             return None
         model = annotation

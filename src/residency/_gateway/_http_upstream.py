@@ -45,6 +45,7 @@ import re
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 
+import httpx2
 import mcp_types as types
 from mcp import Client
 from mcp.client.session import MessageHandlerFnT
@@ -53,10 +54,16 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from residency._gateway._config import HTTPServer
 
-__all__ = ["MODERN_MAX_TOOLS", "open_http_client", "oversize_message"]
+__all__ = ["MODERN_MAX_TOOLS", "SessionsOnly", "open_http_client", "oversize_message"]
 
 MODERN_MAX_TOOLS = 100
 """Tools on an upstream's first page above which ``"era": "auto"`` keeps the handshake era."""
+
+
+
+class SessionsOnly(Exception):
+    """An upstream with per-caller credentials offers only the handshake era (see ``open_http_client``)."""
+
 
 _OVERSIZE = re.compile(r"(?:Server-sent )?event exceeded the (\d+) byte limit")
 
@@ -67,6 +74,8 @@ async def open_http_client(
     *,
     timeout: float,
     message_handler: MessageHandlerFnT,
+    auth: httpx2.Auth | None = None,
+    sessionless: bool = False,
 ) -> Client:
     """Connect to an HTTP upstream in the era its entry asks for (see the module docstring).
 
@@ -76,16 +85,19 @@ async def open_http_client(
         timeout: seconds a connect, a write or a pool wait may take (a read may take any time:
             the per-call timeout bounds the call itself).
         message_handler: passed to the ``mcp.Client``.
+        auth: puts OAuth tokens on its requests (``_upstream_auth``); None: ``headers`` only.
+        sessionless: the 2026-07-28 era only (each request may carry another caller's token,
+            see ``_upstream_auth``): ``era`` is taken as ``modern``, and an upstream that offers
+            only the handshake era is refused.
 
     Raises:
         Exception: whatever the transport raises when the upstream cannot be reached; an
             ``MCPError`` when it refuses both eras.
+        SessionsOnly: ``sessionless`` and the upstream speaks only the handshake era.
     """
-    import httpx2
-
     headers = {k: v.get_secret_value() for k, v in target.headers.items()}
     http = await stack.enter_async_context(
-        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout, read=None))
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(timeout, read=None), auth=auth)
     )
 
     def client(mode: str, handler: MessageHandlerFnT | None = message_handler) -> Client:
@@ -94,6 +106,14 @@ async def open_http_client(
         )
         return Client(transport, mode=mode, cache=None, message_handler=handler)
 
+    if sessionless:
+        probed = await stack.enter_async_context(client("auto"))
+        if probed.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            raise SessionsOnly(
+                "it speaks only the handshake era, where a session belongs to one caller: per-caller "
+                "credentials (token_exchange, passthrough) need an upstream that speaks 2026-07-28"
+            )
+        return probed
     if target.era == "legacy":
         return await stack.enter_async_context(client("legacy"))
     async with AsyncExitStack() as first:

@@ -197,6 +197,7 @@ class Gateway:
                 startup_timeout=startup,
                 on_tools_changed=self._upstream_changed,
                 redact=self.secrets.redact,
+                secrets=self.secrets,
             )
         for name, target in (upstreams or {}).items():
             self.upstreams[name] = Upstream(

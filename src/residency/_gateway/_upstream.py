@@ -51,9 +51,10 @@ from mcp_types.version import LATEST_MODERN_VERSION, MODERN_PROTOCOL_VERSIONS
 
 from residency._core._tools import JSONObject
 from residency._errors import UpstreamFailure
-from residency._gateway._config import HTTPServer, StdioServer
+from residency._gateway._config import HTTPServer, Secrets, StdioServer
 from residency._gateway._http_upstream import open_http_client, oversize_message
 from residency._gateway._stdio_upstream import stdio_transport
+from residency._gateway._upstream_auth import CALLER, UpstreamCredentials
 from residency._text import printable
 
 __all__ = ["ToolsChanged", "Upstream", "UpstreamFailure"]
@@ -90,6 +91,7 @@ class Upstream:
             its tool list changed.
         errlog: where a stdio upstream's stderr is relayed (``sys.stderr`` if None).
         redact: scrubs secrets (``env``/``headers`` values) from what is logged and relayed.
+        secrets: where an HTTP upstream's OAuth tokens are added while held (``_upstream_auth``).
     """
 
     def __init__(
@@ -102,9 +104,14 @@ class Upstream:
         on_tools_changed: OnToolsChanged | None = None,
         errlog: Any = None,
         redact: Callable[[str], str] = str,
+        secrets: Secrets | None = None,
     ) -> None:
         self.name = name
         self._target = target
+        self.credentials: UpstreamCredentials | None = None
+        """OAuth tokens toward it (an HTTP entry with ``credentials``), else None."""
+        if isinstance(target, HTTPServer) and target.credentials is not None:
+            self.credentials = UpstreamCredentials(name, target, secrets=secrets)
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self._redact = redact
@@ -195,7 +202,18 @@ class Upstream:
             transport = stdio_transport(params, on_lost=lost, redact=self._redact, errlog=errlog)
             return await stack.enter_async_context(Client(transport, mode="legacy", message_handler=handler))
         if isinstance(target, HTTPServer):
-            return await open_http_client(stack, target, timeout=self.timeout, message_handler=handler)
+            credentials = self.credentials
+            if credentials is None:
+                return await open_http_client(stack, target, timeout=self.timeout, message_handler=handler)
+            await credentials.own_token()  # a token the issuer refuses fails the start, saying why
+            return await open_http_client(
+                stack,
+                target,
+                timeout=self.timeout,
+                message_handler=handler,
+                auth=credentials.auth(),
+                sessionless=credentials.per_caller,
+            )
         mode = "auto" if in_process_era(target) == "modern" else "legacy"
         # No response cache: a re-list after a change must reach the upstream.
         return await stack.enter_async_context(Client(target, mode=mode, cache=None, message_handler=handler))
@@ -443,11 +461,17 @@ class Upstream:
             raise ToolsChanged(
                 f"upstream {self.name!r} changed its tools; {tool!r} was not sent", server=self.name
             )
+        credentials = self.credentials
+        # The token this call carries (the caller's, in per-caller modes): see ``_upstream_auth``.
+        sending = await credentials.call_token(CALLER.get()) if credentials is not None else None
         try:
             # One deadline (move_on_after costs less than fail_after); on expiry the SDK still
             # sends the upstream its courtesy cancel.
             with anyio.move_on_after(self.timeout):
-                return await client.call_tool(tool, arguments)
+                if sending is None or credentials is None:
+                    return await client.call_tool(tool, arguments)
+                with credentials.sending(sending):
+                    return await client.call_tool(tool, arguments)
         except Exception as exc:
             if isinstance(exc, MCPError) and self._client is client and exc.code != types.CONNECTION_CLOSED:
                 # The upstream is alive and refused the request: pass its words on.
