@@ -38,6 +38,27 @@ MEANINGS: dict[str, dict[str, str]] = {
         "`legacy`: always the handshake era",
         "max_message_bytes": "the largest server-sent event accepted from the upstream (one "
         "`tools/list` page is one event); a bigger one fails its start with an error naming this key",
+        "credentials": "how the gateway authenticates to the upstream with OAuth, one `mode` "
+        "([Upstream credentials](../how-to/upstream-credentials.md)); `null`: `headers` only",
+        "credentials.mode": "`client_credentials`: the gateway's own token (client-credentials grant); "
+        "`token_exchange`: each call carries a token exchanged for its caller's (RFC 8693; OAuth "
+        "front only); `passthrough`: each call carries the caller's own token (discouraged)",
+        "credentials.issuer": "the authorization server whose metadata names the token endpoint",
+        "credentials.token_endpoint": "the token endpoint itself (wins over the issuer's metadata)",
+        "credentials.client_id": "the gateway's client at the authorization server",
+        "credentials.client_secret": "its secret; `${NAME}` reads the environment variable `NAME`. "
+        "Secret: never shown",
+        "credentials.auth_method": "how the client authenticates at the token endpoint: HTTP Basic, "
+        "or the secret in the form",
+        "credentials.scopes": "scopes asked for (none: the authorization server's default)",
+        "credentials.audience": "the `audience` parameter of the token request",
+        "credentials.resource": "the `resource` parameter (RFC 8707); with neither it nor `audience`, "
+        "the upstream's `url`",
+        "credentials.refresh_margin": "seconds before a token expires at which it is renewed (at most "
+        "half its lifetime)",
+        "credentials.timeout": "seconds a token request may take",
+        "credentials.cache_size": "`token_exchange`: exchanged tokens kept, one per caller token, "
+        "each until it expires",
         "disabled": "keep the entry but do not start it",
         "timeout": "seconds one call to this upstream may take; wins over `call_timeout` and "
         "`--timeout` (`null`: `residency.call_timeout`)",

@@ -106,7 +106,7 @@ def config_keys() -> dict[str, list[tuple[str, FieldInfo]]]:
     return {
         "top": top,
         "stdio": list(StdioServer.model_fields.items()),
-        "http": list(HTTPServer.model_fields.items()),
+        "http": list(flat(HTTPServer)),
         "residency": [(key, field) for key, field in flat(ResidencySettings) if key != "budget"],
     }
 

@@ -46,6 +46,7 @@ def test_client_secret_is_read_from_the_environment_and_never_shown() -> None:
     cfg = _parse(_entry(**CC))
     server = cfg.servers["up"]
     assert isinstance(server, HTTPServer) and server.credentials is not None
+    assert server.credentials.client_secret is not None
     assert server.credentials.client_secret.get_secret_value() == SECRET
     assert SECRET not in repr(cfg) and SECRET not in str(server.credentials)
     assert cfg.secrets().redact(f"the secret is {SECRET}") == "the secret is ***"
@@ -101,7 +102,9 @@ def test_config_check_never_prints_the_client_secret(
     capsys.readouterr()
     assert main(["config", "check", "--no-connect", str(path)]) == 0
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"mcpServers": {"up": _entry(**{**CC, "client_secret": SECRET, "timeout": -1})}}))
+    bad.write_text(
+        json.dumps({"mcpServers": {"up": _entry(**{**CC, "client_secret": SECRET, "timeout": -1})}})
+    )
     assert main(["config", "check", "--no-connect", str(bad)]) == 2
     out, err = capsys.readouterr()
     assert "credentials.timeout" in err
@@ -152,13 +155,14 @@ async def test_a_short_lived_token_is_still_reused_for_half_its_lifetime() -> No
     assert await cache.get("k", fetch) == "token-number-1"
     clock.now += 0.1
     assert await cache.get("k", fetch) == "token-number-2"
+    assert issued == ["token-number-1", "token-number-2"]
 
 
 @pytest.mark.anyio
 async def test_a_cap_shortens_what_the_lifetime_allows() -> None:
     clock = Clock()
     cache = TokenCache(margin=0, clock=clock)
-    issued = []
+    issued: list[str] = []
 
     async def fetch() -> Fetched:
         issued.append(f"exchanged-{len(issued)}")
@@ -277,7 +281,9 @@ async def test_held_tokens_are_scrubbed_while_held_and_the_cache_is_bounded() ->
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("mode", ["token_exchange", "passthrough"])
-async def test_a_caller_without_a_token_gets_a_clear_error(mode: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_caller_without_a_token_gets_a_clear_error(
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
     entry = _entry(**{**CC, "mode": mode}) if mode == "token_exchange" else _entry(mode="passthrough")
     server = _parse(entry).servers["up"]
     credentials = UpstreamCredentials("up", server, secrets=Secrets())

@@ -40,7 +40,9 @@ from tests.gateway.test_oauth_provider import Issuer, control, issuer, mcp_clien
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 __all__ = ["issuer"]  # the provider fixture, shared with test_oauth_provider
 
-WHOAMI = types.Tool(name="whoami", description="Who the request's token speaks for.", input_schema={"type": "object"})
+WHOAMI = types.Tool(
+    name="whoami", description="Who the request's token speaks for.", input_schema={"type": "object"}
+)
 
 
 def digest(value: str) -> str:
@@ -116,7 +118,10 @@ async def guarded_upstream(issuer: Issuer, audience: str | None = None) -> Async
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
     guarded = Guarded(url)
     settings = OAuthSettings.model_validate({"issuer": issuer.url, "resource": audience or url})
-    app = _Recorder(OAuthBearer(server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1"), settings), guarded)
+    app = _Recorder(
+        OAuthBearer(server.streamable_http_app(streamable_http_path="/mcp", host="127.0.0.1"), settings),
+        guarded,
+    )
     web = uvicorn.Server(uvicorn.Config(app, log_level="warning", log_config=None, lifespan="on"))
     try:
         async with anyio.create_task_group() as tg:
@@ -222,23 +227,22 @@ async def test_token_exchange_gives_each_caller_a_token_of_their_own_for_the_ups
         async with guarded_upstream(issuer) as up:
             entry = {"url": up.url, "credentials": credentials(issuer, "gateway", "token_exchange")}
             gateway = Gateway(config(SETTINGS, {"up": entry}), store=MemoryStore())
-            async with gateway:
-                async with oauth_front(gateway, issuer) as served:
-                    alice = await token(issuer.url, issuer, "alice", served)
-                    bob = await token(issuer.url, issuer, "bob", served)
-                    exchanges = await issued(issuer, "urn:ietf:params:oauth:grant-type:token-exchange")
-                    seen: dict[str, list[dict[str, Any]]] = {}
-                    for who, value in (("alice", alice), ("bob", bob), ("alice", alice)):
-                        async with mcp_client(served, {"authorization": f"Bearer {value}"}) as client:
-                            seen.setdefault(who, []).append(await whoami(client))
-                    after = await issued(issuer, "urn:ietf:params:oauth:grant-type:token-exchange")
-                    metrics = await _metrics(served, alice)
-                    # No caller token (an in-process client: as over stdio): a clear error, and
-                    # the gateway goes on serving.
-                    async with Client(gateway.server) as anonymous:
-                        refused = await anonymous.call_tool("whoami", {})
-                    async with mcp_client(served, {"authorization": f"Bearer {bob}"}) as client:
-                        assert (await whoami(client))["sub"] == "bob"
+            async with gateway, oauth_front(gateway, issuer) as served:
+                alice = await token(issuer.url, issuer, "alice", served)
+                bob = await token(issuer.url, issuer, "bob", served)
+                exchanges = await issued(issuer, "urn:ietf:params:oauth:grant-type:token-exchange")
+                seen: dict[str, list[dict[str, Any]]] = {}
+                for who, value in (("alice", alice), ("bob", bob), ("alice", alice)):
+                    async with mcp_client(served, {"authorization": f"Bearer {value}"}) as client:
+                        seen.setdefault(who, []).append(await whoami(client))
+                after = await issued(issuer, "urn:ietf:params:oauth:grant-type:token-exchange")
+                metrics = await _metrics(served, alice)
+                # No caller token (an in-process client: as over stdio): a clear error, and
+                # the gateway goes on serving.
+                async with Client(gateway.server) as anonymous:
+                    refused = await anonymous.call_tool("whoami", {})
+                async with mcp_client(served, {"authorization": f"Bearer {bob}"}) as client:
+                    assert (await whoami(client))["sub"] == "bob"
             assert refused.is_error and "takes each caller's own OAuth access token" in text(refused)
             first, again = seen["alice"]
             for who, answer in (("alice", first), ("bob", seen["bob"][0])):
@@ -261,11 +265,15 @@ async def test_token_exchange_gives_each_caller_a_token_of_their_own_for_the_ups
 
 async def _metrics(url: str, bearer: str) -> str:
     async with httpx2.AsyncClient(timeout=STEP) as http:
-        response = await http.get(url.removesuffix("/mcp") + "/metrics", headers={"authorization": f"Bearer {bearer}"})
+        response = await http.get(
+            url.removesuffix("/mcp") + "/metrics", headers={"authorization": f"Bearer {bearer}"}
+        )
     return response.text
 
 
-async def test_the_callers_token_reaches_an_upstream_only_when_passthrough_is_configured(issuer: Issuer) -> None:
+async def test_the_callers_token_reaches_an_upstream_only_when_passthrough_is_configured(
+    issuer: Issuer,
+) -> None:
     with anyio.fail_after(scaled(120)):
         front = bind("127.0.0.1", 0)
         port = front.getsockname()[1]
@@ -285,13 +293,12 @@ async def test_the_callers_token_reaches_an_upstream_only_when_passthrough_is_co
             }
             settings = {**SETTINGS, "budget": {"schema_tokens": 100000}}
             gateway = Gateway(config(settings, servers), store=MemoryStore())
-            async with gateway:
-                async with oauth_front(gateway, issuer, port) as served:
-                    alice = await token(issuer.url, issuer, "alice", served)
-                    async with mcp_client(served, {"authorization": f"Bearer {alice}"}) as client:
-                        names = sorted(t.name for t in (await client.list_tools()).tools)
-                        passed = await whoami(client, next(n for n in names if n.startswith("through")))
-                        kept = await whoami(client, next(n for n in names if n.startswith("own")))
+            async with gateway, oauth_front(gateway, issuer, port) as served:
+                alice = await token(issuer.url, issuer, "alice", served)
+                async with mcp_client(served, {"authorization": f"Bearer {alice}"}) as client:
+                    names = sorted(t.name for t in (await client.list_tools()).tools)
+                    passed = await whoami(client, next(n for n in names if n.startswith("through")))
+                    kept = await whoami(client, next(n for n in names if n.startswith("own")))
             assert passed["token"] == digest(alice) and passed["sub"] == "alice"
             assert kept["sub"] == "gateway" and kept["token"] != digest(alice)
             assert alice not in own.tokens()

@@ -338,7 +338,7 @@ class HTTPServer(_ServerBase):
             raise ValueError(f"credentials ({mode}) set the Authorization header: remove it from headers")
         if mode in ("token_exchange", "passthrough") and self.era == "legacy":
             raise ValueError(
-                f'credentials ({mode}) send a token per call, which needs the 2026-07-28 era (no '
+                f"credentials ({mode}) send a token per call, which needs the 2026-07-28 era (no "
                 f'session bound to one caller): set era to "auto" or "modern"'
             )
         return self

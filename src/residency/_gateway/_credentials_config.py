@@ -90,7 +90,9 @@ class CredentialsSettings(BaseModel):
     def _scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for scope in value:
             if not scope or not all("!" <= c <= "~" and c not in '"\\' for c in scope):
-                raise ValueError(f"{scope!r} is not a scope (visible ASCII, no spaces, quotes or backslashes)")
+                raise ValueError(
+                    f"{scope!r} is not a scope (visible ASCII, no spaces, quotes or backslashes)"
+                )
         return value
 
     @model_validator(mode="after")
@@ -104,7 +106,11 @@ class CredentialsSettings(BaseModel):
             return self
         missing = [k for k in ("client_id", "client_secret") if getattr(self, k) is None]
         if missing:
-            raise ValueError(f"{self.mode} needs {' and '.join(missing)} (the gateway's client at the issuer)")
+            raise ValueError(
+                f"{self.mode} needs {' and '.join(missing)} (the gateway's client at the issuer)"
+            )
         if self.issuer is None and self.token_endpoint is None:
-            raise ValueError(f"{self.mode} needs token_endpoint, or issuer to find it in the issuer's metadata")
+            raise ValueError(
+                f"{self.mode} needs token_endpoint, or issuer to find it in the issuer's metadata"
+            )
         return self

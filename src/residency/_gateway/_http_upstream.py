@@ -60,7 +60,6 @@ MODERN_MAX_TOOLS = 100
 """Tools on an upstream's first page above which ``"era": "auto"`` keeps the handshake era."""
 
 
-
 class SessionsOnly(Exception):
     """An upstream with per-caller credentials offers only the handshake era (see ``open_http_client``)."""
 

@@ -350,7 +350,9 @@ class _BearerAuth(httpx2.Auth):
     def __init__(self, credentials: UpstreamCredentials) -> None:
         self._credentials = credentials
 
-    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+    async def async_auth_flow(
+        self, request: httpx2.Request
+    ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
         credentials = self._credentials
         sending = SENDING.get()
         if sending is None:
