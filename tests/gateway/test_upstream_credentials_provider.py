@@ -64,6 +64,8 @@ class Guarded:
     """(bearer token or None, HTTP status) of every request."""
     refuse: set[str] = field(default_factory=set)
     """Tokens answered 401 though valid (as if revoked)."""
+    handshake_only: bool = False
+    """Answer ``server/discover`` 404, as a server of the handshake era only does."""
 
     def tokens(self, status: int = 200) -> list[str]:
         return [t for t, s in self.seen if t is not None and s == status]
@@ -81,7 +83,12 @@ class _Recorder:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        auth = dict(scope["headers"]).get(b"authorization", b"").decode()
+        headers = dict(scope["headers"])
+        if self._guarded.handshake_only and headers.get(b"mcp-method") == b"server/discover":
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        auth = headers.get(b"authorization", b"").decode()
         bearer = auth[7:] if auth.lower().startswith("bearer ") else None
         if bearer is not None and bearer in self._guarded.refuse:
             self._guarded.seen.append((bearer, 401))
@@ -303,3 +310,23 @@ async def test_the_callers_token_reaches_an_upstream_only_when_passthrough_is_co
             assert kept["sub"] == "gateway" and kept["token"] != digest(alice)
             assert alice not in own.tokens()
             assert through.tokens()[0] == listing  # its own requests: the static header
+
+
+async def test_an_upstream_of_the_handshake_era_only_is_refused_per_caller_credentials(
+    issuer: Issuer,
+) -> None:
+    with anyio.fail_after(scaled(120)):
+        async with guarded_upstream(issuer) as up:
+            up.handshake_only = True
+            entry = {"url": up.url, "credentials": credentials(issuer, "gateway", "token_exchange")}
+            gateway = Gateway(config(SETTINGS, {"up": entry}), store=MemoryStore())
+            async with gateway:
+                upstream = gateway.upstreams["up"]
+                assert upstream.status == "failed"
+                assert "speaks only the handshake era" in upstream.last_error
+            # The same upstream with the gateway's own token is spoken to in the handshake era.
+            entry = {"url": up.url, "credentials": credentials(issuer, "gateway")}
+            gateway = Gateway(config(SETTINGS, {"up": entry}), store=MemoryStore())
+            async with gateway, Client(gateway.server) as client:
+                assert gateway.upstreams["up"].protocol_version != "2026-07-28"
+                assert (await whoami(client))["sub"] == "gateway"

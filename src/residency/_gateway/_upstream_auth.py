@@ -310,9 +310,7 @@ class UpstreamCredentials:
                 f"access_token",
                 server=self.name,
             )
-        lifetime = body.get("expires_in")
-        seconds = float(lifetime) if isinstance(lifetime, (int, float)) and lifetime >= 0 else None
-        return Fetched(token, lifetime=seconds, cap=cap)
+        return Fetched(token, lifetime=_seconds(body.get("expires_in")), cap=cap)
 
     async def _token_endpoint(self, http: httpx2.AsyncClient) -> str:
         if self._endpoint is not None:
@@ -340,6 +338,17 @@ class UpstreamCredentials:
 
     def _redact(self, text: str) -> str:
         return self._secrets.redact(text) if self._secrets is not None else text
+
+
+def _seconds(value: object) -> float | None:
+    """``expires_in`` as seconds (some servers send it as a string); None: absent or not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 and seconds != float("inf") else None
 
 
 class _BearerAuth(httpx2.Auth):
