@@ -35,7 +35,8 @@ MEANINGS: dict[str, dict[str, str]] = {
         "era": "the protocol era spoken to the upstream. `auto`: the 2026-07-28 era (no handshake, "
         "JSON bodies) when it answers `server/discover` and its first `tools/list` page has at most "
         "100 tools and no cursor, else the handshake era; `modern`: 2026-07-28 whenever offered; "
-        "`legacy`: always the handshake era",
+        "`legacy`: always the handshake era. With per-caller `credentials` (`token_exchange`, "
+        "`passthrough`): always 2026-07-28, and `legacy` is refused",
         "max_message_bytes": "the largest server-sent event accepted from the upstream (one "
         "`tools/list` page is one event); a bigger one fails its start with an error naming this key",
         "credentials": "how the gateway authenticates to the upstream with OAuth, one `mode` "

@@ -33,7 +33,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-from collections.abc import AsyncGenerator, Iterator
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -150,11 +151,9 @@ class UpstreamCredentials:
         target: HTTPServer,
         *,
         secrets: Secrets | None = None,
-        clock: Any = None,
-        wall: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
-        import time
-
         assert target.credentials is not None
         self.name = name
         self.settings: CredentialsSettings = target.credentials
@@ -163,11 +162,11 @@ class UpstreamCredentials:
         if self._resource is None and self.settings.audience is None:
             self._resource = target.url
         self._secrets = secrets
-        self._wall = wall or time.time
+        self._wall = wall
         self.tokens = TokenCache(
             margin=self.settings.refresh_margin,
             size=self.settings.cache_size + 1,
-            clock=clock or time.monotonic,
+            clock=clock,
             on_hold=(lambda v: secrets.add(v)) if secrets is not None else None,
             on_drop=(lambda v: secrets.discard(v)) if secrets is not None else None,
         )
