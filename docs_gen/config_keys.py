@@ -181,5 +181,27 @@ MEANINGS: dict[str, dict[str, str]] = {
         "max_subscriptions": "resource subscriptions one client connection may hold, and resource URIs "
         "one `subscriptions/listen` filter may name; past it a subscription is refused "
         "(`subscription_limit`)",
+        "rate_limit": "per-identity rate limits (the `rate_limit.` keys below): each OAuth principal, "
+        "each static token, and every unauthenticated caller together (stdio included) has buckets "
+        "of its own. A request past a limit gets the JSON-RPC error `-32029` (`rate_limited`) with "
+        "`retry_after` seconds in its data; others are served. `null`: no limits",
+        "rate_limit.requests_per_minute": "MCP requests one identity may make per minute, sustained "
+        "(`initialize`, `ping` and `server/discover` are free)",
+        "rate_limit.burst": "requests one identity may make at once before the rate applies "
+        "(`null`: a tenth of a minute's worth, at least 1)",
+        "rate_limit.calls_per_minute": "upstream calls (`tools/call` of an upstream tool, or "
+        "`call_tool`) one identity may make per minute, on top of the request limit; lists, "
+        "searches and re-expansions are not calls. `null`: calls count as requests only",
+        "rate_limit.calls_burst": "upstream calls at once (`null`: a tenth of a minute's worth, at "
+        "least 1); needs `calls_per_minute`",
+        "rate_limit.max_identities": "identities whose buckets are held at once; a full (idle) bucket "
+        "is dropped anyway, and past this the least recently used is",
+        "audit": "the audit log: one JSON line per decision (`listed`, `searched`, `forwarded`, "
+        "`refused`, `denied`, `limited`, ...) with time, subject, session, tool, outcome and error "
+        "code, never argument values. `null`: off, at no cost",
+        "audit.path": "the file lines are appended to (created if missing; `-`: stderr). A file that "
+        "cannot be opened fails the start",
+        "audit.arguments": "`none`: nothing of a call's arguments; `names`: their names, sorted "
+        "(values are never written)",
     },
 }

@@ -19,6 +19,7 @@ tried. That event changes no tool, argument or span state, and no ``revision``.
     ├── SessionConflict                   another writer changed the session first: not applied, retry
     ├── SessionLimitReached               a new session key past the memory store's limit
     ├── SubscriptionLimitReached          a client connection's resource subscriptions past the limit
+    ├── RateLimited                       a caller past its rate limit: retry after ``retry_after`` s
     ├── ConcurrentUse (+ RuntimeError)    a second thread used a Session while an operation ran
     ├── NotFound (+ LookupError)          an unknown tool, call, span or chain id
     ├── InvalidInput (+ ValueError)       a malformed tool definition, budget, constraint or argument
@@ -48,6 +49,7 @@ __all__ = [
     "IntegrityError",
     "InvalidInput",
     "NotFound",
+    "RateLimited",
     "ResidencyError",
     "SchemaError",
     "SessionConflict",
@@ -366,4 +368,19 @@ class SubscriptionLimitReached(ResidencyError):
 
     def __init__(self, message: str, *, limit: int) -> None:
         super().__init__(message)
+        self.limit = limit
+
+
+class RateLimited(ResidencyError):
+    """Raised when a caller's identity is past its rate limit (``residency.rate_limit``).
+
+    Nothing was done: the request was refused before the gateway looked at it, and the same
+    request succeeds after ``retry_after`` seconds. Other identities are not affected (each has
+    limits of its own), unlike ``SessionLimitReached``, which bounds the sessions of a store.
+    ``limit`` names the limit hit: ``requests`` or ``calls``.
+    """
+
+    def __init__(self, message: str, *, retry_after: float, limit: str = "requests") -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
         self.limit = limit

@@ -31,6 +31,7 @@ def _instance(cls: type[BaseException]) -> BaseException:
         {"span": "s1"},
         {"limit": 1},
         {"server": "up"},
+        {"retry_after": 1.5},
     ):
         try:
             return cls("boom", **kwargs)

@@ -38,10 +38,12 @@ from residency._core._minify import DEFAULT_LEVEL, MINIFY_ALIASES, MINIFY_LEVELS
 from residency._core._planner import HIGH_WATER, LOW_WATER, Budget, Planner
 from residency._errors import ConfigError
 from residency._gateway._aggregate import check_server_names
+from residency._gateway._audit import AuditSettings
 from residency._gateway._config_problems import Problems, line_of, near, validate
 from residency._gateway._credentials_config import CredentialsSettings
 from residency._gateway._http_limits import HTTPSettings
 from residency._gateway._oauth_config import OAuthSettings
+from residency._gateway._rate_limit import RateLimitSettings
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
 
 __all__ = [
@@ -187,6 +189,9 @@ class ResidencySettings(_Strict):
             (``resources/subscribe``), and resource URIs one ``subscriptions/listen`` filter may
             name; past it a subscription is refused (``_reads``).
         read_only / mutating: override what the tools' annotations say.
+        rate_limit: per-identity request and upstream-call limits (see ``_rate_limit``); None:
+            none.
+        audit: the audit log, one JSON line per decision (see ``_audit``); None: off.
     """
 
     budget: BudgetSettings = BudgetSettings()
@@ -211,6 +216,8 @@ class ResidencySettings(_Strict):
     revoke_command: tuple[str, ...] = ()
     revoke_timeout: float = Field(default=10.0, gt=0, le=600)
     max_subscriptions: int = Field(default=256, ge=1, le=100_000)
+    rate_limit: RateLimitSettings | None = None
+    audit: AuditSettings | None = None
 
     @model_validator(mode="after")
     def _one_way_in(self) -> ResidencySettings:

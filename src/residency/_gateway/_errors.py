@@ -37,6 +37,7 @@ from residency._gateway._config import Secrets
 
 __all__ = [
     "ERROR_META_KEY",
+    "RATE_LIMITED",
     "RULES",
     "Rule",
     "call_outcome",
@@ -49,6 +50,10 @@ __all__ = [
 ]
 
 ERROR_META_KEY = "residency/error"
+
+RATE_LIMITED = -32029
+"""The JSON-RPC error code of a request refused by a rate limit (server-error range; 429 as
+in HTTP). Its ``data`` carries ``retry_after``, in seconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +87,7 @@ RULES: tuple[Rule, ...] = (
     Rule(domain.SessionConflict, "session_conflict", False, types.INTERNAL_ERROR),
     Rule(domain.SessionLimitReached, "session_limit", False, types.INVALID_REQUEST),
     Rule(domain.SubscriptionLimitReached, "subscription_limit", False, types.INVALID_REQUEST),
+    Rule(domain.RateLimited, "rate_limited", False, RATE_LIMITED),
     Rule(domain.ConcurrentUse, "concurrent_use", False, types.INTERNAL_ERROR),
     Rule(domain.NotFound, "not_found", False, types.INVALID_PARAMS),
     Rule(domain.SchemaError, "schema_error", True, types.INVALID_PARAMS),
@@ -116,6 +122,7 @@ def _details(error: BaseException, rule: Rule) -> dict[str, Any]:
         "timed_out",
         "phases",
         "limit",
+        "retry_after",
     ):
         value = getattr(error, attr, None)
         if value not in (None, ""):

@@ -68,6 +68,7 @@ from residency._gateway._aggregate import Catalog, build_catalog, check_server_n
 from residency._gateway._calls import CALL_META_KEY, PHASE_META_KEY, TOMBSTONE_NOTICE, ToolCalls
 from residency._gateway._config import MINIFY_LEVELS, GatewayConfig, Secrets
 from residency._gateway._connection import ListChangedServer, connection_of, is_modern, session_key
+from residency._gateway._gate import request_gate
 from residency._gateway._listing import ToolListing
 from residency._gateway._reads import ResourceHandlers
 from residency._gateway._search import (
@@ -153,6 +154,7 @@ class Gateway:
         relist_interval: seconds after which a call re-lists its upstream before it is
             forwarded, so a change made without ``tools/list_changed`` is noticed within it
             (``config.residency.relist_interval`` if set, else ``RELIST_INTERVAL``).
+        clock: seconds of a monotonic clock, for the rate limits (``time.monotonic`` if omitted).
     """
 
     def __init__(
@@ -164,10 +166,13 @@ class Gateway:
         default_session: str | None = None,
         timeout: float | None = None,
         relist_interval: float | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.config = config if config is not None else GatewayConfig()
         settings = self.config.residency
         self.secrets: Secrets = self.config.secrets()
+        # Rate limits and the audit log: a server middleware (None: neither is configured).
+        self.gate = request_gate(settings, self.secrets, default_session=default_session, clock=clock)
         self.telemetry = Telemetry(self.secrets)
         """Log lines and metrics (served at ``/metrics`` over HTTP)."""
         self.default_session = default_session
@@ -246,6 +251,8 @@ class Gateway:
                 self._store = open_store(self.config.residency.store)
             if self._owns_store:
                 stack.callback(self._store.close)
+            if self.gate is not None:
+                stack.enter_context(self.gate.opened())
             # Search vectors are kept where the store is (RESIDENCY_SEARCH_CACHE overrides).
             cache = embedding_cache()
             stack.callback(cache.set_default_directory, cache.default_directory)
@@ -581,7 +588,7 @@ class Gateway:
     # -- handlers ----------------------------------------------------------------------------
 
     def _build_server(self) -> Server[Any]:
-        return ListChangedServer(
+        server = ListChangedServer(
             "residency",
             version=_version(),
             instructions=_instructions(self.config.residency.delivery),
@@ -595,6 +602,9 @@ class Gateway:
             on_unsubscribe_resource=self._resources.unsubscribe,
             on_subscriptions_listen=self._resources.listen,
         )
+        if self.gate is not None:
+            server.middleware.append(self.gate)
+        return server
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         entry = self.catalog.get(name)
