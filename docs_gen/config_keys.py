@@ -197,7 +197,7 @@ MEANINGS: dict[str, dict[str, str]] = {
         "rate_limit.max_identities": "identities whose buckets are held at once; a full (idle) bucket "
         "is dropped anyway, and past this the least recently used is",
         "audit": "the audit log: one JSON line per decision (`listed`, `searched`, `forwarded`, "
-        "`refused`, `denied`, `limited`, ...) with time, subject, session, tool, outcome and error "
+        "`refused`, `limited`, ...) with time, subject, session, tool, outcome and error "
         "code, never argument values. `null`: off, at no cost",
         "audit.path": "the file lines are appended to (created if missing; `-`: stderr). A file that "
         "cannot be opened fails the start",
