@@ -193,3 +193,17 @@ def test_stderr_gets_the_lines_when_the_path_is_a_dash(capsys: pytest.CaptureFix
         )
     line = json.loads(capsys.readouterr().err)
     assert (line["decision"], line["retry_after"], line["code"]) == ("limited", 1.5, "rate_limited")
+
+
+def test_a_refusal_whose_reason_is_a_policys_is_written_denied() -> None:
+    from residency._gateway._audit import DENIED_REASONS
+    from residency._gateway._gate import _answered, _failed
+
+    [reason_] = sorted(DENIED_REASONS)
+    refusal = {"isError": True, "content": [], "_meta": {"residency/error": {"reason": reason_}}}
+    assert _answered("tools/call", "update_incident", refusal) == ("denied", "error", reason_)
+    assert _failed("tools/call", "update_incident", reason_) == "denied"
+    # A meta-tool keeps its own decision; another reason stays a refusal.
+    assert _failed("tools/call", "search_tools", reason_) == "searched"
+    other = {"isError": True, "content": [], "_meta": {"residency/error": {"reason": "tool_not_resident"}}}
+    assert _answered("tools/call", "update_incident", other) == ("refused", "error", "tool_not_resident")

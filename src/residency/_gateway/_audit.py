@@ -73,7 +73,12 @@ DECISIONS: tuple[str, ...] = get_args(Decision)
 
 DENIED_REASONS: frozenset[str] = frozenset({"tool_denied"})
 """Error reasons (``_errors.Rule.reason``) that mean a tool policy refused the caller: such a
-refusal is written ``denied`` rather than ``refused``."""
+refusal is written ``denied`` rather than ``refused``.
+
+How a tool policy gets its ``denied`` lines: give its error a rule in ``_errors.RULES`` whose
+reason is here (``tool_denied``), and raise it from the handler as any refusal; the gate
+(``_gate``) writes the request's one line. A handler never calls ``AuditLog.record`` itself: the
+request would have two lines."""
 
 STDERR = "-"
 """The ``path`` that writes the audit log to stderr."""

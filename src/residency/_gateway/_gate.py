@@ -42,6 +42,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from residency._errors import InvalidInput, RateLimited
 from residency._gateway import _meta_tools as meta
 from residency._gateway._audit import DENIED_REASONS, AuditLog, Decision
+from residency._gateway._calls import CALL_META_KEY
 from residency._gateway._config import ResidencySettings, Secrets
 from residency._gateway._connection import IDENTITY_STATE, session_key
 from residency._gateway._errors import ERROR_META_KEY, to_mcp_error
@@ -55,7 +56,6 @@ UNGATED = frozenset({"initialize", "ping", "server/discover"})
 """Methods neither limited nor audited."""
 
 _AUDITED = frozenset({"tools/list", "tools/call", "resources/read"})
-_CALL_META_KEY = "residency/call"  # ``_calls.CALL_META_KEY`` (not imported: _calls is above this)
 _META_DECISIONS: dict[str, Decision] = {
     meta.SEARCH_TOOLS: "searched",
     meta.REEXPAND_TOOLS: "reexpanded",
@@ -261,7 +261,7 @@ def _answered(
     outcome: Literal["ok", "error"] = "error" if failed else "ok"
     decision = _decision(method, tool)
     if decision is None:
-        if _CALL_META_KEY in meta_ or not failed:
+        if CALL_META_KEY in meta_ or not failed:
             decision = "forwarded"
         else:
             decision = "denied" if code in DENIED_REASONS else "refused"
