@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from pydantic import ValidationError
 
 from residency._errors import InvalidInput, RateLimited
 from residency._gateway import _meta_tools as meta
@@ -162,6 +163,12 @@ class RequestGate:
             reason = data.get("reason") if isinstance(data, dict) else None
             code = reason if isinstance(reason, str) else str(exc.error.code)
             self._record(ctx, caller, _failed(method, tool, code), tool, "error", code, arguments=arguments)
+            raise
+        except ValidationError:
+            # Params the SDK could not read (it answers -32602): recorded as what they are.
+            self._record(
+                ctx, caller, _failed(method, tool, "invalid_params"), tool, "error", "invalid_params"
+            )
             raise
         except Exception:
             self._record(
