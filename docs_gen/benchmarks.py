@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = (
     "RESULTS",
+    "audit_table",
     "bench_figures",
     "http_flood_table",
     "isolation_table",
@@ -169,4 +170,27 @@ def oauth_table() -> str:
         f"\n\nAgainst the same request with no credential, {d['rounds']} rounds of "
         f"{d['requests_per_round']:,} requests ({d['machine']}). A token seen before is remembered "
         "by digest, with its expiry and key checked again on reuse."
+    )
+
+
+def audit_table() -> str:
+    """What the audit log and a rate limit add to a request on the gateway's path."""
+    d = _load("audit_cost")
+    per, added, ratio = d["cpu_per_request_ms"], d["added_ms"], d["ratio"]
+    labels = {
+        "off": "neither (baseline)",
+        "audit": "audit log",
+        "audit_and_limit": "audit log and rate limit",
+    }
+    rows = ["| gateway | CPU per request | added | against the baseline |", "|---|---:|---:|---:|"]
+    for kind, label in labels.items():
+        more = f"{number(added[kind])} ms" if kind in added else ""
+        times = f"{ratio[kind]:.3f}x" if kind in ratio else "1x"
+        rows.append(f"| {label} | {number(per[kind])} ms | {more} | {times} |")
+    parts = d["parts_us"]
+    return "\n".join(rows) + (
+        f"\n\n{d['rounds']} rounds of {d['requests_per_round']:,} requests per gateway (three in four a "
+        f"forwarded call, one a `tools/list`), in-process clients, CPU time of the event loop's thread "
+        f"(client, gateway and desk together; {d['machine']}). Alone, writing one audit line took "
+        f"{number(parts['audit_record'])} µs and one rate-limit take {number(parts['rate_limit_take'])} µs."
     )

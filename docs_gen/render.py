@@ -25,6 +25,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "bench-isolation": benchmarks.isolation_table,
     "bench-http-flood": benchmarks.http_flood_table,
     "bench-oauth": benchmarks.oauth_table,
+    "bench-audit": benchmarks.audit_table,
 }
 
 
