@@ -192,5 +192,7 @@ def audit_table() -> str:
         f"\n\n{d['rounds']} rounds of {d['requests_per_round']:,} requests per gateway (three in four a "
         f"forwarded call, one a `tools/list`), in-process clients, CPU time of the event loop's thread "
         f"(client, gateway and desk together; {d['machine']}). Alone, writing one audit line took "
-        f"{number(parts['audit_record'])} µs and one rate-limit take {number(parts['rate_limit_take'])} µs."
+        f"{number(parts['audit_record'])} µs and one rate-limit take {number(parts['rate_limit_take'])} µs: "
+        "the differences between the rows above are mostly the machine's noise (added: the difference "
+        "of the medians; against the baseline: the median of each round's ratio)."
     )
