@@ -370,3 +370,24 @@ def test_the_cost_plot_charges_a_changed_tool_block_as_a_cache_write(stored: dic
     ]
     changed = write + read + tokens["plain_tool"] * CACHE_WRITE
     assert points[2].shown_cost == round(changed, 1)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["--host", "0.0.0.0"], "without a bearer token"),
+        (["--host", "192.0.2.1", "--token", "short"], "bearer token is 5 characters"),
+        (["--port", "70000"], "not a port number"),
+    ],
+)
+def test_residency_ui_refuses_bad_exposure_and_usage_before_serving(
+    stored: dict[str, Any], capsys: pytest.CaptureFixture[str], argv: list[str], said: str
+) -> None:
+    assert main(["ui", "--store", str(stored["path"]), *argv]) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_residency_ui_refuses_a_missing_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ui", "--store", str(tmp_path / "none.db")]) == 2
+    assert "no such store file" in capsys.readouterr().err
+    assert not (tmp_path / "none.db").exists()
