@@ -142,7 +142,7 @@ def plot(
         tag("text", "0", x=pad_l - 12, y=pad_t + h, font_size=11),
         tag("text", f"{x0:g}", x=pad_l, y=height - 22, font_size=11),
         tag("text", f"{x1:g}", x=pad_l + w - 16, y=height - 22, font_size=11),
-        tag("text", x_label, x=pad_l + w / 2 - 20, y=height - 6, font_size=11),
+        tag("text", x_label, x=pad_l, y=height - 6, font_size=11),
         tag("text", y_label, x=pad_l + 4, y=pad_t - 8, font_size=11),
     ]
     colours = ("#1f6feb", "#d73a49", "#2da44e", "#8250df")
@@ -150,7 +150,9 @@ def plot(
         colour = colours[i % len(colours)]
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
         parts.append(Html(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>'))
-        parts.append(tag("text", name, x=pad_l + w - 220, y=pad_t + 14 * (i + 1), fill=colour, font_size=12))
+        parts += [Html(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{colour}"/>') for x, y in s]
+        # The legend under the axis, right of the axis label: never over a line.
+        parts.append(tag("text", name, x=pad_l + 90 + 150 * i, y=height - 6, fill=colour, font_size=12))
     return tag(
         "svg",
         join(parts),
