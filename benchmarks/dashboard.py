@@ -17,8 +17,11 @@ check, the store reads in a worker thread and the HTML. Pages:
 - ``sessions``: the list's first page (50 rows, each reading its session's journal);
 - ``sessions_filtered``: the list filtered by id text (matching 1 session in 10);
 - ``sessions_last_page``: the list's last page;
-- ``session``: one session's page (replayed from its journal: what ``residency view`` reads, the
-  timeline, spans, chains, plots), a different session each request;
+- ``sessions_any_page``: a page of the list drawn at random (the first view of a page reads its
+  50 journals whole; the dashboard then keeps each row and reads only what a journal gained);
+- ``session``: one session's page (what ``residency view`` reads, the timeline, spans, chains,
+  plots), a session drawn at random each request: mostly a first view (replayed from its
+  journal), as the dashboard keeps only the 64 sessions last viewed;
 - ``chains``: the chain archive; ``stamp``: the live poll's question for a session page.
 
 Baseline, measured in the same run against the same app: ``healthz`` (a route that reads
@@ -106,6 +109,7 @@ async def _measure(app: Any, sessions: int, rounds: int, per_round: int) -> dict
         "sessions": lambda: "/ui/",
         "sessions_filtered": lambda: "/ui/?q=sess-00",
         "sessions_last_page": lambda: f"/ui/?page={last_page}",
+        "sessions_any_page": lambda: f"/ui/?page={rng.randrange(1, last_page + 1)}",
         "session": lambda: f"/ui/session/gateway%2Fsess-{rng.randrange(sessions):04d}",
         "chains": lambda: "/ui/chains",
         "stamp": lambda: f"/ui/stamp?path=%2Fui%2Fsession%2Fgateway%252Fsess-{rng.randrange(sessions):04d}",

@@ -33,7 +33,7 @@ import hashlib
 import hmac
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -45,11 +45,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from residency._errors import NotFound, ResidencyError
+from residency._runtime import Session
 from residency._store._protocol import Store
 from residency._ui import _pages
 from residency._ui._html import CSP, Html
 from residency._ui._names import find_session
-from residency._ui._reads import ServedWith, archive, open_session, plot_series, session_rows, timeline, view
+from residency._ui._reads import Readers, ServedWith, archive, plot_series, session_rows, timeline, view
 from residency._ui._static import APP_CSS, APP_JS
 
 __all__ = [
@@ -89,6 +90,7 @@ class Source:
     served: ServedWith
     where: str
     upstreams: Callable[[], list[dict[str, Any]]] | None = None
+    readers: Readers = field(default_factory=Readers, compare=False)
 
     @property
     def mode(self) -> str:
@@ -116,7 +118,7 @@ def _sessions(source: Source, params: dict[str, str]) -> tuple[Html, str]:
         number = int(params.get("page", "1"))
     except ValueError:
         number = 1
-    found = session_rows(source.store(), text=text, identity=identity, page=number)
+    found = session_rows(source.store(), text=text, identity=identity, page=number, readers=source.readers)
     stamp = f"{found.total}:" + ",".join(f"{r.entries}" for r in found.rows)
     body = _pages.sessions_page(
         found, text=text, identity=identity, stamp=stamp, mode=source.mode, where=source.where
@@ -128,7 +130,12 @@ def _session(source: Source, given: str) -> tuple[Html, str]:
     store = source.store()
     found = find_session(store.sessions(), given, where=source.where)
     served = source.served
-    session = open_session(store, found, served)
+    with source.readers.session(store, found, served) as session:
+        return _session_body(source, session)
+
+
+def _session_body(source: Source, session: Session) -> tuple[Html, str]:
+    served = source.served
     listed = view(session, offload=served.offload, delivery=served.delivery, pinned=served.pinned)
     turns = timeline(session)
     spans = [

@@ -12,13 +12,16 @@ says how the session was served (``ServedWith``).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import contextlib
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from residency._core._events import Event, EventKind
-from residency._errors import ConfigError
+from residency._errors import ConfigError, ResidencyError
 from residency._store._protocol import DEFAULT_SCOPE
 from residency._ui._names import session_key_of
 
@@ -32,6 +35,7 @@ __all__ = [
     "CACHE_WRITE",
     "IDENTITIES",
     "PlotPoint",
+    "Readers",
     "ServedWith",
     "SessionPage",
     "SessionRow",
@@ -177,14 +181,74 @@ class SessionPage:
 IDENTITIES = ("local", "none", "token", "oauth")
 
 
+class Readers:
+    """What a long-running reader (the dashboard) keeps between requests, so a page it shows
+    again costs only what the journals gained since: each listed session's row (entries, turn,
+    last write, brought up to date by reading the journal's tail after its last entry), and the
+    ``Session`` objects of the sessions last viewed (caught up with ``Session.catch_up``, one
+    indexed read of the tail, instead of replayed), at most ``sessions`` of them.
+
+    Thread-safe: pages are read in worker threads. A session object is used by one thread at a
+    time (its lock); a reader that fails leaves the entry out, so the next request reopens it.
+    """
+
+    def __init__(self, sessions: int = 64) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[str, tuple[int, int, float]] = {}  # id -> (last seq, turn, last write)
+        self._sessions: OrderedDict[tuple[str, ServedWith], tuple[threading.Lock, Session]] = OrderedDict()
+        self._limit = sessions
+
+    def row(self, store: Store, session_id: str) -> tuple[int, int, float]:
+        """``(entries, turn, last write)`` of the session's journal."""
+        with self._lock:
+            seq, turn, last_at = self._rows.get(session_id, (0, 0, 0.0))
+        new = store.load(session_id, after=seq)
+        for e in new:
+            if e.op == "turn":
+                turn = int(e.data.get("turn", 0))
+        if new:
+            seq, last_at = new[-1].seq, new[-1].at
+            with self._lock:
+                self._rows[session_id] = (seq, turn, last_at)
+        return seq, turn, last_at
+
+    @contextlib.contextmanager
+    def session(self, store: Store, session_id: str, served: ServedWith) -> Iterator[Session]:
+        """The session, caught up with its journal, for the duration of the block."""
+        key = (session_id, served)
+        with self._lock:
+            held = self._sessions.pop(key, None)
+        if held is None:
+            held = (threading.Lock(), open_session(store, session_id, served))
+        lock, session = held
+        with lock:
+            try:
+                session.catch_up()
+            except ResidencyError:  # an entry it cannot apply: reopened from the whole journal
+                held = (threading.Lock(), open_session(store, session_id, served))
+                lock, session = held
+            yield session
+        with self._lock:
+            self._sessions[key] = held
+            while len(self._sessions) > self._limit:
+                self._sessions.popitem(last=False)
+
+
 def session_rows(
-    store: Store, *, text: str = "", identity: str = "", page: int = 1, per_page: int = 50
+    store: Store,
+    *,
+    text: str = "",
+    identity: str = "",
+    page: int = 1,
+    per_page: int = 50,
+    readers: Readers | None = None,
 ) -> SessionPage:
     """The store's sessions whose id contains ``text`` and whose key is bound to ``identity``
     (empty: any), ``per_page`` at a time, newest writes first within the page's ids.
 
     Only ids are filtered (no journal is read for that), so the page costs the same with 10 or
-    10,000 sessions in the store; each row shown reads its own journal once.
+    10,000 sessions in the store; each row shown reads its own journal (with ``readers``, only
+    what it gained since the last time).
     """
     ids = store.sessions()
     needle = text.casefold()
@@ -196,12 +260,11 @@ def session_rows(
     pages = max(1, -(-len(matched) // per_page))
     page = min(max(1, page), pages)
     shown = matched[(page - 1) * per_page : page * per_page]
+    readers = readers if readers is not None else Readers()
     rows = []
     for sid in shown:
-        entries = store.load(sid)
-        turn = next((int(e.data.get("turn", 0)) for e in reversed(entries) if e.op == "turn"), 0)
-        last_at = entries[-1].at if entries else 0.0
-        rows.append(SessionRow(sid, session_key_of(sid), identity_of(sid), len(entries), turn, last_at))
+        entries, turn, last_at = readers.row(store, sid)
+        rows.append(SessionRow(sid, session_key_of(sid), identity_of(sid), entries, turn, last_at))
     return SessionPage(tuple(rows), len(matched), len(ids), page, pages)
 
 
