@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 
 from residency._cli import main
@@ -313,3 +314,16 @@ def test_no_log_line_here_holds_a_secret(caplog: pytest.LogCaptureFixture) -> No
     caplog.set_level(logging.DEBUG)
     _parse(_entry(**CC))
     assert SECRET not in caplog.text
+
+
+def test_a_token_endpoint_that_quotes_a_secret_is_scrubbed_before_its_words_are_cut() -> None:
+    cfg = _parse(_entry(**{**CC, "mode": "token_exchange"}))
+    credentials = UpstreamCredentials("up", cfg.servers["up"], secrets=cfg.secrets())
+    subject = "the-callers-own-token-0123456789"
+    said = "x" * 245 + f" {subject} {SECRET}"  # cut first, the message would keep 6 of its characters
+    answer = httpx2.Response(400, json={"error": "invalid_grant", "error_description": said})
+    with pytest.raises(UpstreamAuthFailure) as caught:
+        credentials._answer(answer, "token exchange", None, subject)
+    message = str(caught.value)
+    assert "refused the token exchange (HTTP 400, invalid_grant: xxx" in message
+    assert SECRET[:6] not in message and subject[:6] not in message

@@ -330,3 +330,31 @@ async def test_an_upstream_of_the_handshake_era_only_is_refused_per_caller_crede
             async with gateway, Client(gateway.server) as client:
                 assert gateway.upstreams["up"].protocol_version != "2026-07-28"
                 assert (await whoami(client))["sub"] == "gateway"
+
+
+async def test_a_token_endpoint_refusal_is_a_clear_error_without_the_secret(
+    issuer: Issuer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    wrong = "not-the-secret-of-alice-0123456789"
+    with anyio.fail_after(scaled(120)):
+        async with guarded_upstream(issuer) as up:
+            entry = {"url": up.url, "credentials": {**credentials(issuer, "alice"), "client_secret": wrong}}
+            gateway = Gateway(config(SETTINGS, {"up": entry}), store=MemoryStore())
+            async with gateway:
+                error = gateway.upstreams["up"].last_error
+            assert (
+                "the token endpoint refused the client-credentials grant (HTTP 401, invalid_client" in error
+            )
+            # alice may not exchange tokens: each call of a signed-in caller says so.
+            entry = {"url": up.url, "credentials": credentials(issuer, "alice", "token_exchange")}
+            gateway = Gateway(config(SETTINGS, {"up": entry}), store=MemoryStore())
+            async with gateway, oauth_front(gateway, issuer) as served:
+                bob = await token(issuer.url, issuer, "bob", served)
+                async with mcp_client(served, {"authorization": f"Bearer {bob}"}) as client:
+                    refused = await client.call_tool("whoami", {})
+            assert refused.is_error
+            assert "the token endpoint refused the token exchange (HTTP 400" in text(refused)
+            assert bob not in up.tokens()
+    for value in (wrong, issuer.credentials("alice")[1], bob):
+        assert value not in caplog.text and value not in error and value not in text(refused)

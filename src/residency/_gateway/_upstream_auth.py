@@ -282,12 +282,12 @@ class UpstreamCredentials:
         except Exception as exc:
             raise UpstreamAuthFailure(
                 f"upstream {self.name!r}: the {grant} at its token endpoint failed ({type(exc).__name__}: "
-                f"{self._redact(str(exc))[:200]})",
+                f"{self._redact(str(exc), form.get('subject_token'))[:200]})",
                 server=self.name,
             ) from None
-        return self._answer(response, grant, cap)
+        return self._answer(response, grant, cap, form.get("subject_token"))
 
-    def _answer(self, response: httpx2.Response, grant: str, cap: float | None) -> Fetched:
+    def _answer(self, response: httpx2.Response, grant: str, cap: float | None, hide: str | None) -> Fetched:
         try:
             body = response.json()
         except ValueError:
@@ -295,10 +295,11 @@ class UpstreamCredentials:
         if response.status_code != 200 or not isinstance(body, dict):
             error = body.get("error") if isinstance(body, dict) else None
             said = body.get("error_description") if isinstance(body, dict) else None
-            words = ": ".join(printable(str(w))[:200] for w in (error, said) if w) or "no error given"
+            # Scrubbed before it is cut short: a cut could leave part of a secret.
+            words = ": ".join(printable(str(w)) for w in (error, said) if w) or "no error given"
             raise UpstreamAuthFailure(
                 f"upstream {self.name!r}: the token endpoint refused the {grant} "
-                f"(HTTP {response.status_code}, {self._redact(words)})",
+                f"(HTTP {response.status_code}, {self._redact(words, hide)[:300]})",
                 server=self.name,
             )
         token = body.get("access_token")
@@ -335,7 +336,10 @@ class UpstreamCredentials:
             server=self.name,
         )
 
-    def _redact(self, text: str) -> str:
+    def _redact(self, text: str, hide: str | None = None) -> str:
+        """``text`` scrubbed of every secret, and of ``hide`` (a caller's token being exchanged)."""
+        if hide:
+            text = text.replace(hide, "***")
         return self._secrets.redact(text) if self._secrets is not None else text
 
 
