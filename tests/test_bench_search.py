@@ -134,3 +134,20 @@ def test_a_small_run_reports_quality_and_latency_against_the_old_search(tmp_path
     assert "search_tools per query, 600 tools" in figures
     names = label_names(corpus_catalog(bench.load_corpus(CORPUS)))
     assert len(names) == 405
+
+
+def test_parts_and_sample_pick_what_a_quick_run_measures() -> None:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    assert parser.parse_args([]).parts == bench.PARTS
+    assert parser.parse_args(["--parts", "learned, public"]).parts == ("learned", "public")
+    with pytest.raises(SystemExit):  # argparse's usage error names the parts to pick from
+        parser.parse_args(["--parts", "learned,speed"])
+    assert bench.sampled(list(range(10)), 3) == [0, 3, 6, 9]
+    assert bench.sampled([1, 2], 0) == [1, 2]
+
+
+def test_p50_can_time_the_calling_threads_cpu_rather_than_the_wall_clock() -> None:
+    ticks = iter(range(100))
+    seconds = bench.p50_per_query(lambda q: None, ["a", "b", "c"], rounds=1, clock=lambda: float(next(ticks)))
+    assert seconds == 1.0  # each query read the clock twice, one tick apart

@@ -59,6 +59,8 @@ from residency._search._text import summary_line
 SMALL_ARGS = ["--big", "2000", "--baseline-queries", "5", "--no-public"]
 
 _CUTOFF = 10
+PARTS: tuple[str, ...] = ("quality", "learned", "multilingual", "public", "latency")
+"""What a run measures; ``--parts`` picks some (a full run takes long on a busy machine)."""
 RANKERS: tuple[Ranker, ...] = ("bm25", "semantic", "fusion")
 
 
@@ -83,6 +85,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave out the public query set (2,479 tools: minutes to embed on first run)",
     )
+    parser.add_argument(
+        "--parts",
+        type=_parts,
+        default=PARTS,
+        metavar="PART[,PART...]",
+        help=f"run only these parts, for a quick look (default: all of {','.join(PARTS)}); the "
+        "public set's quality and learning figures follow 'quality' and 'learned'",
+    )
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=1,
+        metavar="K",
+        help="rank every K-th query of each set only, for a quick look (default 1: all)",
+    )
+
+
+def _parts(value: str) -> tuple[str, ...]:
+    picked = tuple(p.strip() for p in value.split(",") if p.strip())
+    unknown = sorted(set(picked) - set(PARTS))
+    if unknown or not picked:
+        raise argparse.ArgumentTypeError(f"unknown part {', '.join(unknown) or value!r}: pick from {', '.join(PARTS)}")
+    return picked
+
+
+def sampled(items: Sequence[Any], every: int) -> list[Any]:
+    """Every ``every``-th of ``items`` from the first (all of them for 1 or less)."""
+    return list(items[:: max(1, every)])
 
 
 # -- the corpus and the labels ---------------------------------------------------------------
@@ -284,14 +314,18 @@ def class_figures(
 
 
 def multilingual_figures(
-    report: BenchReport, index: ToolIndex, names: Mapping[tuple[str, str], str], rankers: Sequence[Ranker]
+    report: BenchReport,
+    index: ToolIndex,
+    names: Mapping[tuple[str, str], str],
+    rankers: Sequence[Ranker],
+    sample: int = 1,
 ) -> dict[str, Any]:
     """``benchmarks/queries/corpus-multilingual.json``: each non-English query against the
     English query it mirrors, on the same index, R@5 and MRR over all pairs and the held-out
     pairs (the half of the English query); target on fusion's held-out pairs: non-English R@5
     within 0.10 of English."""
     path = default_queries().with_name("corpus-multilingual.json")
-    pairs = json.loads(path.read_text())["queries"]
+    pairs = sampled(json.loads(path.read_text())["queries"], sample)
     out: dict[str, Any] = {"pairs": len(pairs)}
     for ranker in rankers:
 
@@ -320,13 +354,20 @@ def multilingual_figures(
     return out
 
 
-def public_figures(report: BenchReport, rankers: Sequence[Ranker], semantic: bool) -> dict[str, Any]:
+def public_figures(
+    report: BenchReport,
+    rankers: Sequence[Ranker],
+    semantic: bool,
+    parts: Sequence[str] = PARTS,
+    sample: int = 1,
+) -> dict[str, Any]:
     """The public set (``benchmarks.bench._public``): quality per ranker, all and held-out half,
-    per class, and learning from use; targets on fusion MRR >= 0.75 and R@5 >= 0.88."""
+    per class (``parts``: ``quality``), and learning from use (``learned``); targets on fusion
+    MRR >= 0.75 and R@5 >= 0.88."""
     from benchmarks.bench._public import load_public_set
 
     public = load_public_set()
-    queries = load_queries(public.queries)
+    queries = sampled(load_queries(public.queries), sample)
     catalog = corpus_catalog(public.servers)
     names = label_names(catalog)
     entries = [IndexedTool(e.name, e.hash, e.definition, e.server) for e in catalog.entries()]
@@ -336,6 +377,10 @@ def public_figures(report: BenchReport, rankers: Sequence[Ranker], semantic: boo
         started = time.perf_counter()
         index.embed()
         data["embed_seconds"] = time.perf_counter() - started
+    if "learned" in parts:
+        data["learned"] = learned_figures(report, index, queries, names, rankers, prefix="public ")
+    if "quality" not in parts:
+        return data
     results: dict[str, Any] = {r: quality(partial(_ranked, index, ranker=r), queries, names) for r in rankers}
     held = [half(q.text) == "held-out" for q in queries]
     for name, r in results.items():
@@ -360,7 +405,6 @@ def public_figures(report: BenchReport, rankers: Sequence[Ranker], semantic: boo
         r.pop("misses")
     data["quality"] = results
     data["classes"] = class_figures(report, results, queries, names, "public ")
-    data["learned"] = learned_figures(report, index, queries, names, rankers, prefix="public ")
     return data
 
 
@@ -483,8 +527,13 @@ def p50_per_query(
     *,
     rounds: int = 3,
     before: Callable[[], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> float:
-    """Median over ``rounds`` of the median seconds of one query (one untimed warm-up first)."""
+    """Median over ``rounds`` of the median seconds of one query (one untimed warm-up first).
+
+    ``clock``: wall-clock time by default; ``time.thread_time`` gives the CPU time the calling
+    thread spent (the model runs on it), which other processes on a busy machine do not inflate.
+    """
     fn(queries[0])
     results = []
     for _ in range(rounds):
@@ -492,9 +541,9 @@ def p50_per_query(
             before()
         times = []
         for q in queries:
-            start = time.perf_counter()
+            start = clock()
             fn(q)
-            times.append(time.perf_counter() - start)
+            times.append(clock() - start)
         results.append(statistics.median(times))
     return statistics.median(results)
 
@@ -539,6 +588,12 @@ def _handler(session: Session, catalog: Catalog, query: str) -> object:
     return search_tools(session, catalog, {"query": query})
 
 
+def _embed_query(embedder: Any, query: str) -> object:
+    from residency._search._text import embedding_query
+
+    return embedder.embed([embedding_query(query)])
+
+
 def _index_query(index: ToolIndex, ranker: Ranker, query: str) -> object:
     return index.search(query, ranker=ranker)
 
@@ -560,12 +615,16 @@ def run(args: argparse.Namespace) -> BenchReport:
 def _run(args: argparse.Namespace) -> BenchReport:
     report = BenchReport("search")
     servers = load_corpus(args.corpus or default_corpus())
-    queries = load_queries(args.queries or default_queries())
+    parts, sample = tuple(getattr(args, "parts", PARTS)), max(1, getattr(args, "sample", 1))
+    queries = sampled(load_queries(args.queries or default_queries()), sample)
     catalog = corpus_catalog(servers)
     names = label_names(catalog)
     texts = [q.text for q in queries]
     semantic = not args.no_semantic and default_embedder() is not None
     data: dict[str, Any] = {"tools": len(catalog), "queries": len(queries), "semantic_model": semantic}
+    if parts != PARTS or sample > 1:
+        data["partial"] = {"parts": list(parts), "every_kth_query": sample}
+    data["load_average_at_start"] = _load()
 
     # Quality: every tool withheld, each ranking asked for its first 10.
     definitions = catalog.definitions()
@@ -573,16 +632,48 @@ def _run(args: argparse.Namespace) -> BenchReport:
     started = time.perf_counter()
     index = ToolIndex(entries, embedder=default_embedder() if semantic else None)
     data["index_build_seconds"] = time.perf_counter() - started
-    results = {
-        "baseline": quality(
-            lambda q: [n for n, _ in baseline_search(q, definitions, _CUTOFF)], queries, names
-        )
-    }
     rankers: tuple[Ranker, ...] = RANKERS if semantic else ("bm25",)
     if semantic:
         started = time.perf_counter()
         index.embed()
         data["embed_seconds_per_tool"] = (time.perf_counter() - started) / max(1, len(catalog))
+    if "quality" in parts:
+        _project_quality(report, data, index, queries, names, definitions, rankers)
+    if "learned" in parts:
+        data["learned"] = learned_figures(report, index, queries, names, rankers)
+    if "multilingual" in parts and args.queries is None:  # the pairs mirror the repository's set
+        data["non_english"] = multilingual_figures(report, index, names, rankers, sample)
+    if "public" in parts and not args.no_public:
+        data["public"] = public_figures(report, rankers, semantic, parts, sample)
+    if "latency" in parts:
+        _latency(report, data, args, servers, catalog, [q.text for q in queries], rankers, semantic)
+    data["load_average_at_end"] = _load()
+    report.data = data
+    return report
+
+
+def _load() -> list[float]:
+    """The machine's load average over 1, 5 and 15 minutes (runnable processes; 2 cores here)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:  # not every platform has it
+        return []
+
+
+def _project_quality(
+    report: BenchReport,
+    data: dict[str, Any],
+    index: ToolIndex,
+    queries: Sequence[Query],
+    names: Mapping[tuple[str, str], str],
+    definitions: Sequence[Mapping[str, Any]],
+    rankers: Sequence[Ranker],
+) -> None:
+    results = {
+        "baseline": quality(
+            lambda q: [n for n, _ in baseline_search(q, definitions, _CUTOFF)], queries, names
+        )
+    }
     for ranker in rankers:
         results[ranker] = quality(
             lambda q, r=ranker: [h.name for h in index.search(q, limit=_CUTOFF, ranker=r)],  # type: ignore[misc]
@@ -610,12 +701,18 @@ def _run(args: argparse.Namespace) -> BenchReport:
         report.add("semantic ranker meets MRR >= 0.80 and R@5 >= 0.92", float(ok), "", "1", ok)
     data["quality"] = results
     data["classes"] = class_figures(report, results, queries, names)
-    data["learned"] = learned_figures(report, index, queries, names, rankers)
-    if args.queries is None:  # the pairs mirror the repository's own query set
-        data["non_english"] = multilingual_figures(report, index, names, rankers)
-    if not args.no_public:
-        data["public"] = public_figures(report, rankers, semantic)
 
+
+def _latency(
+    report: BenchReport,
+    data: dict[str, Any],
+    args: argparse.Namespace,
+    servers: Mapping[str, Sequence[Mapping[str, Any]]],
+    catalog: Catalog,
+    texts: Sequence[str],
+    rankers: Sequence[Ranker],
+    semantic: bool,
+) -> None:
     # Latency of the search_tools meta-tool on sessions whose tools are all withheld, the
     # default ranking of this install (fusion with the model, BM25 without), query vectors not
     # cached; then the index alone, per ranker.
@@ -640,7 +737,7 @@ def _run(args: argparse.Namespace) -> BenchReport:
                    new <= 0.020 if is_big else None)  # fmt: skip
         report.add(f"search_tools new / old, {tag}", new / old, "x")
         report.add(f"search_tools old per query, {tag}", old * 1e3, "ms")
-        timings = {"tools": len(big), "search_tools_seconds": new, "old_seconds": old}
+        timings: dict[str, Any] = {"tools": len(big), "search_tools_seconds": new, "old_seconds": old}
         # p50 of one query through each entry point against the index it queries, alone (the
         # default ranking): the gateway's index of the catalog for search_tools, and for
         # Session.search the index of the session's own tools (no server names), the same object
@@ -650,6 +747,7 @@ def _run(args: argparse.Namespace) -> BenchReport:
         if semantic:  # its vectors seeded from the catalog's: timed here, never ranked for quality
             _seed_vectors(own_tools, big.entries())
             own.embed()
+        load = _load()
         p50 = {
             "session_search": p50_per_query(session.search, texts, before=own.forget_queries),
             "session_index": p50_per_query(
@@ -662,7 +760,25 @@ def _run(args: argparse.Namespace) -> BenchReport:
                 partial(_index_query, shared, "auto"), texts, before=shared.forget_queries
             ),
         }
+        cpu = {
+            "session_search": p50_per_query(
+                session.search, texts, before=own.forget_queries, clock=time.thread_time
+            ),
+            "search_tools": p50_per_query(
+                partial(_handler, session, big), texts, before=shared.forget_queries, clock=time.thread_time
+            ),
+        }
+        embedder = default_embedder() if semantic else None
+        if embedder is not None:  # the model's fixed cost per query, whatever the catalog's size
+            p50["embed_query"] = p50_per_query(partial(_embed_query, embedder), texts)
         timings.update({f"p50_{name}_seconds": seconds for name, seconds in p50.items()})
+        timings.update({f"p50_{name}_cpu_seconds": seconds for name, seconds in cpu.items()})
+        timings["load_average"] = [*load, *_load()]
+        if is_big:
+            report.add(f"load average (1 min) while timing p50, {tag}", load[0] if load else float("nan"),
+                       f"runnable processes on {os.cpu_count()} cores")  # fmt: skip
+            if "embed_query" in p50:
+                report.add(f"embedding one query alone, p50, {tag}", p50["embed_query"] * 1e3, "ms")
         for name, against, shown in (
             ("session_search", "session_index", "Session.search"),
             ("search_tools", "index", "search_tools"),
@@ -672,10 +788,9 @@ def _run(args: argparse.Namespace) -> BenchReport:
             if is_big:
                 ms = p50[name] * 1e3
                 report.add(f"{shown} p50, {tag}", ms, "ms", "<= 10 ms", ms <= 10)
+                report.add(f"{shown} p50 CPU time (this thread), {tag}", cpu[name] * 1e3, "ms")
         for ranker in rankers:
             seconds = per_query(partial(_index_query, shared, ranker), texts, before=shared.forget_queries)
             report.add(f"index query, {ranker}, {tag}", seconds * 1e3, "ms")
             timings[f"index_{ranker}_seconds"] = seconds
         data[f"latency_{label}"] = timings
-    report.data = data
-    return report
