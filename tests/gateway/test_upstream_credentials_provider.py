@@ -34,7 +34,7 @@ from residency._gateway._http import bind, serve_http
 from residency._gateway._oauth_config import OAuthSettings
 from residency._gateway._oauth_http import PRINCIPAL_STATE, OAuthBearer
 from tests._timing import STEP, scaled
-from tests.gateway.conftest import config, text
+from tests.gateway.conftest import config, served_over_http, text
 from tests.gateway.test_oauth_provider import Issuer, control, issuer, mcp_client, token
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -358,3 +358,24 @@ async def test_a_token_endpoint_refusal_is_a_clear_error_without_the_secret(
             assert bob not in up.tokens()
     for value in (wrong, issuer.credentials("alice")[1], bob):
         assert value not in caplog.text and value not in error and value not in text(refused)
+
+
+async def test_a_caller_of_the_shared_token_front_gets_a_clear_error_not_the_gateways_token(
+    issuer: Issuer,
+) -> None:
+    shared = "a-shared-front-token-0123456789abcdef"
+    with anyio.fail_after(scaled(120)):
+        async with guarded_upstream(issuer) as up:
+            entry = {"url": up.url, "credentials": credentials(issuer, "gateway", "token_exchange")}
+            gateway = Gateway(config(SETTINGS, {"up": entry}), store=MemoryStore())
+            async with (
+                gateway,
+                served_over_http(gateway, token=shared) as served,
+                mcp_client(served, {"authorization": f"Bearer {shared}"}) as client,
+            ):
+                refused = await client.call_tool("whoami", {})
+                assert refused.is_error and "takes each caller's own OAuth access token" in text(refused)
+                # Only the gateway's own requests reached the upstream, with its own token.
+                assert all("act" not in claims(t) and claims(t)["sub"] == "gateway" for t in up.tokens())
+                assert shared not in [t for t, _ in up.seen]
+                assert (await client.list_tools()).tools  # and the gateway goes on serving
