@@ -22,6 +22,8 @@ Rules:
   one-word password) is reversed by guessing, and a salted one says nothing across restarts.
 * Every string passes through ``Secrets.redact`` (a tool name or session key could hold a
   configured secret); JSON escapes every control character, so a line is one line.
+* A line is written once the request is answered: a request cancelled before its answer
+  (``notifications/cancelled``, the gateway stopping) has none.
 * Writing: ``path`` is appended to (created if missing), one ``write`` per line under a lock,
   flushed at each line, so several writers in one process never interleave and a reader sees
   whole lines; ``-`` writes to stderr. A failed write is logged once and the gateway goes on
