@@ -203,5 +203,22 @@ MEANINGS: dict[str, dict[str, str]] = {
         "cannot be opened fails the start",
         "audit.arguments": "`none`: nothing of a call's arguments; `names`: their names, sorted "
         "(values are never written)",
+        "telemetry": "OpenTelemetry traces and metrics sent over OTLP (needs the `otel` extra; see "
+        "the telemetry how-to). Present: on, keys left out read the standard `OTEL_*` variables; "
+        "`null`: off, and no OpenTelemetry SDK code is loaded",
+        "telemetry.otlp": "where the exporters send",
+        "telemetry.otlp.endpoint": "the collector's base URL (`/v1/traces` and `/v1/metrics` are "
+        "appended for `http/protobuf`); `null`: `OTEL_EXPORTER_OTLP_ENDPOINT`, else "
+        "`http://localhost:4318` (gRPC: `4317`)",
+        "telemetry.otlp.protocol": "`http/protobuf` (no gRPC needed) or `grpc` (the `otel-grpc` extra)",
+        "telemetry.otlp.headers": "headers sent with every export (an API key); `${NAME}` reads an "
+        "environment variable. Secret: never shown. Empty: `OTEL_EXPORTER_OTLP_HEADERS`",
+        "telemetry.otlp.timeout": "seconds one export may take",
+        "telemetry.service_name": "the `service.name` of everything sent; `null`: `OTEL_SERVICE_NAME`, "
+        "else `residency`",
+        "telemetry.traces": "send spans: one per MCP request, admission decision and upstream call",
+        "telemetry.metrics": "send the `/metrics` counters, gauges and histogram as OTLP metrics",
+        "telemetry.metric_interval": "seconds between two metric exports (one more is sent when the "
+        "gateway stops)",
     },
 }

@@ -349,11 +349,16 @@ class ToolCalls:
             s.register_tools(gw.catalog.definitions())
         evicted = s.state(name) is ToolState.EVICTED
         unlisted = gs.delivery.by_reference and not gs.lists(name)
+        tracing = gw.tracing
+        admitting = time.time_ns() if tracing is not None else 0
         try:
             record = s.admit_call(name, arguments, reexpand_evicted=True, show_schema=unlisted, via=via)
         except ResidencyError as exc:
-            self._refused(gs, name, exc)
+            self._refused(gs, name, exc, admitting)
             raise
+        if tracing is not None:
+            reason = "reexpanded" if evicted else "resident"
+            tracing.admission(name, admitting, reason=reason, refused=False, upstream=entry.server)
         if evicted:
             gw.telemetry.reexpanded(gs.key, (name,), implicit=True)
             if unlisted and carried is not None:
@@ -478,9 +483,12 @@ class ToolCalls:
         if isinstance(first, types.TextContent) and meta.CALL_HINT not in first.text:
             first.text = f"{first.text} {meta.CALL_HINT}"
 
-    def _refused(self, gs: GatewaySession, name: str, exc: ResidencyError) -> None:
+    def _refused(self, gs: GatewaySession, name: str, exc: ResidencyError, started_ns: int = 0) -> None:
         rule = rule_for(exc)
-        self._gw.telemetry.refused(gs.key, name, rule.reason if rule is not None else type(exc).__name__)
+        reason = rule.reason if rule is not None else type(exc).__name__
+        self._gw.telemetry.refused(gs.key, name, reason)
+        if self._gw.tracing is not None:
+            self._gw.tracing.admission(name, started_ns or time.time_ns(), reason=reason, refused=True)
 
     def _phase_after_call(self, phase: str | None, tool: str) -> str | None:
         """The agent's call selects the phase: the active one if it has the tool, else the first that does."""

@@ -44,6 +44,7 @@ from residency._gateway._credentials_config import CredentialsSettings
 from residency._gateway._http_limits import HTTPSettings
 from residency._gateway._oauth_config import OAuthSettings
 from residency._gateway._rate_limit import RateLimitSettings
+from residency._gateway._otel_config import TelemetrySettings
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
 
 __all__ = [
@@ -192,6 +193,8 @@ class ResidencySettings(_Strict):
         rate_limit: per-identity request and upstream-call limits (see ``_rate_limit``); None:
             none.
         audit: the audit log, one JSON line per decision (see ``_audit``); None: off.
+        telemetry: OpenTelemetry traces and metrics sent over OTLP (see ``_otel_config``);
+            None (the default): none, and no OpenTelemetry code runs.
     """
 
     budget: BudgetSettings = BudgetSettings()
@@ -218,6 +221,7 @@ class ResidencySettings(_Strict):
     max_subscriptions: int = Field(default=256, ge=1, le=100_000)
     rate_limit: RateLimitSettings | None = None
     audit: AuditSettings | None = None
+    telemetry: TelemetrySettings | None = None
 
     @model_validator(mode="after")
     def _one_way_in(self) -> ResidencySettings:
@@ -390,6 +394,8 @@ class GatewayConfig(_Strict):
         auth = self.residency.auth
         if auth is not None and auth.introspection is not None:
             values.append(auth.introspection.client_secret.get_secret_value())
+        if self.residency.telemetry is not None:
+            values.extend(v.get_secret_value() for v in self.residency.telemetry.otlp.headers.values())
         return Secrets(values)
 
 
@@ -548,6 +554,7 @@ def parse_config(
 
 
 def _expand(data: dict[str, Any], env: Mapping[str, str], found: Problems) -> dict[str, Any]:
+    data = _expand_telemetry(data, env, found)
     servers = data.get("mcpServers")
     if not isinstance(servers, dict):
         return data
@@ -569,6 +576,22 @@ def _expand(data: dict[str, Any], env: Mapping[str, str], found: Problems) -> di
                 entry["credentials"] = {**credentials, "client_secret": secret}
         out[name] = entry
     return {**data, "mcpServers": out}
+
+
+def _expand_telemetry(data: dict[str, Any], env: Mapping[str, str], found: Problems) -> dict[str, Any]:
+    """``${NAME}`` in ``residency.telemetry.otlp.headers`` values, as in ``mcpServers`` headers."""
+    residency = data.get("residency")
+    telemetry = residency.get("telemetry") if isinstance(residency, dict) else None
+    otlp = telemetry.get("otlp") if isinstance(telemetry, dict) else None
+    headers = otlp.get("headers") if isinstance(otlp, dict) else None
+    if not (isinstance(residency, dict) and isinstance(telemetry, dict) and isinstance(otlp, dict)):
+        return data
+    if not isinstance(headers, dict):
+        return data
+    loc = ("residency", "telemetry", "otlp", "headers")
+    expanded = {k: _expand_value(v, env, found, (*loc, k)) for k, v in headers.items()}
+    otlp = {**otlp, "headers": expanded}
+    return {**data, "residency": {**residency, "telemetry": {**telemetry, "otlp": otlp}}}
 
 
 def _expand_value(value: Any, env: Mapping[str, str], found: Problems, loc: tuple[str, ...]) -> Any:

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 import threading
 import weakref
@@ -91,6 +92,7 @@ from residency._text import printable
 
 if TYPE_CHECKING:
     from residency._gateway._fanout import Fanout
+    from residency._gateway._tracing import Tracing
 
 __all__ = ["CALL_META_KEY", "PHASE_META_KEY", "TOMBSTONE_NOTICE", "Gateway"]
 
@@ -175,6 +177,8 @@ class Gateway:
         self.gate = request_gate(settings, self.secrets, default_session=default_session, clock=clock)
         self.telemetry = Telemetry(self.secrets)
         """Log lines and metrics (served at ``/metrics`` over HTTP)."""
+        self.tracing = _tracing_for(self.config, self.telemetry, self.secrets)
+        """OpenTelemetry spans and metrics (``residency.telemetry``), None when off."""
         self.default_session = default_session
         self._budget = settings.budget.budget()
         # What the planner gets when the host keeps every argument (the usual case).
@@ -203,6 +207,7 @@ class Gateway:
                 on_tools_changed=self._upstream_changed,
                 redact=self.secrets.redact,
                 secrets=self.secrets,
+                tracing=self.tracing,
             )
         for name, target in (upstreams or {}).items():
             self.upstreams[name] = Upstream(
@@ -212,6 +217,7 @@ class Gateway:
                 startup_timeout=startup,
                 on_tools_changed=self._upstream_changed,
                 redact=self.secrets.redact,
+                tracing=self.tracing,
             )
         # Every configured server owns its namespace, up, down or disabled (``_aggregate``).
         self._servers = (*self.config.servers, *(upstreams or {}))
@@ -260,6 +266,10 @@ class Gateway:
             self._sessions = SessionTable(
                 self._store, self._open_session, delivery=self.config.residency.delivery
             )
+            if self.tracing is not None:
+                # Pushed first, so it runs last: the upstreams' last spans are sent too.
+                self.tracing.start()
+                stack.push_async_callback(_stop_tracing, self.tracing)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             self._fanout = _fanout_for(self._store)
             if self._fanout is not None:
@@ -602,6 +612,8 @@ class Gateway:
             on_unsubscribe_resource=self._resources.unsubscribe,
             on_subscriptions_listen=self._resources.listen,
         )
+        if self.tracing is not None:
+            server.middleware.append(self.tracing.middleware)
         if self.gate is not None:
             server.middleware.append(self.gate)
         return server
@@ -627,6 +639,27 @@ def _fanout_for(store: Store) -> Fanout | None:
     from residency._gateway._fanout import fanout_for
 
     return fanout_for(store)
+
+
+def _tracing_for(config: GatewayConfig, telemetry: Telemetry, secrets: Secrets) -> Tracing | None:
+    """The gateway's OpenTelemetry side, or None: without a ``residency.telemetry`` section (or
+    with ``OTEL_SDK_DISABLED=true``) no OpenTelemetry SDK module is imported."""
+    settings = config.residency.telemetry
+    if settings is None or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    try:
+        from residency._gateway._tracing import Tracing
+    except ImportError as exc:
+        raise ConfigError(
+            f"residency.telemetry needs the OpenTelemetry SDK ({exc.name} is not installed): "
+            "pip install 'residency[otel]'"
+        ) from None
+    return Tracing(settings, telemetry.registry, secrets, _version())
+
+
+async def _stop_tracing(tracing: Tracing) -> None:
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(tracing.shutdown)
 
 
 def _instructions(delivery: str) -> str:

@@ -40,7 +40,7 @@ import sys
 import time
 from collections.abc import AsyncIterable, Callable, Coroutine
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -56,6 +56,9 @@ from residency._gateway._http_upstream import open_http_client, oversize_message
 from residency._gateway._stdio_upstream import stdio_transport
 from residency._gateway._upstream_auth import CALLER, UpstreamCredentials
 from residency._text import printable
+
+if TYPE_CHECKING:
+    from residency._gateway._tracing import Tracing
 
 __all__ = ["ToolsChanged", "Upstream", "UpstreamFailure"]
 
@@ -92,6 +95,8 @@ class Upstream:
         errlog: where a stdio upstream's stderr is relayed (``sys.stderr`` if None).
         redact: scrubs secrets (``env``/``headers`` values) from what is logged and relayed.
         secrets: where an HTTP upstream's OAuth tokens are added while held (``_upstream_auth``).
+        tracing: OpenTelemetry (``_tracing``): each call gets a client span whose trace context
+            travels in its ``_meta``; None: off.
     """
 
     def __init__(
@@ -105,8 +110,10 @@ class Upstream:
         errlog: Any = None,
         redact: Callable[[str], str] = str,
         secrets: Secrets | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.name = name
+        self._tracing = tracing
         self._target = target
         self.credentials: UpstreamCredentials | None = None
         """OAuth tokens toward it (an HTTP entry with ``credentials``), else None."""
@@ -469,9 +476,9 @@ class Upstream:
             # sends the upstream its courtesy cancel.
             with anyio.move_on_after(self.timeout):
                 if sending is None or credentials is None:
-                    return await client.call_tool(tool, arguments)
+                    return await self._call_tool(client, tool, arguments)
                 with credentials.sending(sending):
-                    return await client.call_tool(tool, arguments)
+                    return await self._call_tool(client, tool, arguments)
         except Exception as exc:
             if isinstance(exc, MCPError) and self._client is client and exc.code != types.CONNECTION_CLOSED:
                 # The upstream is alive and refused the request: pass its words on.
@@ -492,6 +499,11 @@ class Upstream:
             server=self.name,
             timed_out=True,
         )
+
+    async def _call_tool(self, client: Client, tool: str, arguments: JSONObject) -> types.CallToolResult:
+        if self._tracing is not None:
+            return await self._tracing.call_upstream(self.name, self.kind, client, tool, arguments)
+        return await client.call_tool(tool, arguments)
 
     def _check_alive(self, client: Client) -> None:
         """After a timeout: a slow tool, or a wedged connection? A ping tells; one at a time."""
