@@ -613,7 +613,7 @@ class Gateway:
             on_subscriptions_listen=self._resources.listen,
         )
         if self.tracing is not None:
-            server.middleware.append(self.tracing.middleware)
+            self.tracing.instrument(server)
         if self.gate is not None:
             server.middleware.append(self.gate)
         return server

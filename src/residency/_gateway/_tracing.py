@@ -4,7 +4,8 @@ Imported only when the config has a ``residency.telemetry`` section (``_otel_con
 gateway without one never imports this module, the OpenTelemetry SDK or an exporter, and its
 hot path pays one ``is None`` check per hook. (The ``mcp`` SDK itself imports the OpenTelemetry
 *API* and wraps every request in a span of the process-wide tracer provider, a no-op unless an
-application installs one; residency never installs one. Its spans and ours are separate.)
+application installs one; residency never installs one. With telemetry on, the gateway's
+request spans take the place of the SDK's, see ``instrument``.)
 
 Spans follow the OpenTelemetry semantic conventions for MCP (``gen-ai/mcp.md`` of
 semantic-conventions-genai v0.1.0, status Development; the MCP section of semantic conventions
@@ -53,6 +54,7 @@ from typing import Any, cast
 import mcp_types as types
 from mcp import Client, MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import Server
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     Gauge,
@@ -170,6 +172,14 @@ class Tracing:
             logger.warning("telemetry: the metric export failed: %s", type(exc).__name__)
 
     # -- hooks -------------------------------------------------------------------------------
+
+    def instrument(self, server: Server[Any]) -> None:
+        """Give ``server`` the gateway's ``SERVER`` spans (``middleware``), outermost (a request
+        refused by a later middleware, a rate limit, is traced too), in the place of the ``mcp``
+        SDK's own request spans: those go to the process-wide tracer provider and would only
+        duplicate these where an application installs one."""
+        kept = [m for m in server.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
+        server.middleware[:] = [self.middleware, *kept]
 
     async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """A ``Server.middleware``: the ``SERVER`` span of one request (see the module docstring)."""
