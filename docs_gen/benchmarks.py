@@ -18,6 +18,7 @@ __all__ = (
     "http_flood_table",
     "isolation_table",
     "oauth_table",
+    "otel_table",
     "savings_table",
     "session_table",
 )
@@ -195,4 +196,25 @@ def audit_table() -> str:
         f"{number(parts['audit_record'])} µs and one rate-limit take {number(parts['rate_limit_take'])} µs: "
         "the differences between the rows above are mostly the machine's noise (added: the difference "
         "of the medians; against the baseline: the median of each round's ratio)."
+    )
+
+
+def otel_table() -> str:
+    """A gateway call's latency and CPU time with OpenTelemetry on, off, and before its hooks."""
+    d = _load("otel_overhead")
+    labels = {
+        "on": "telemetry on (exporting)",
+        "off": "telemetry off",
+        "before": "before the telemetry hooks",
+    }
+    rows = ["| gateway | p50 latency per call | CPU per call |", "|---|---:|---:|"]
+    for key, label in labels.items():
+        rows.append(f"| {label} | {number(d['p50_ms'][key])} ms | {number(d['cpu_ms_per_call'][key])} ms |")
+    r = d["ratios"]
+    return "\n".join(rows) + (
+        f"\n\nOn over off: {number(r['on_over_off_p50'])}x the p50 latency, "
+        f"{number(r['on_over_off_cpu'])}x the CPU time; off over before: "
+        f"{number(r['off_over_before_p50'])}x the p50 latency, {number(r['off_over_before_cpu'])}x "
+        f"the CPU time. Medians of {d['rounds']} alternating rounds of {d['calls_per_round']:,} "
+        f"calls per variant ({d['machine']})."
     )

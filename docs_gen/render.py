@@ -26,6 +26,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "bench-http-flood": benchmarks.http_flood_table,
     "bench-oauth": benchmarks.oauth_table,
     "bench-audit": benchmarks.audit_table,
+    "bench-otel": benchmarks.otel_table,
 }
 
 

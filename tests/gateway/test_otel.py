@@ -206,6 +206,26 @@ async def test_export_headers_are_sent_and_never_shown() -> None:
         assert rx.metrics and all(h.get("x-api-key") == "otlp-key-9f3a7c1e" for h in rx.headers)
 
 
+@pytest.mark.slow  # leaving waits out the exporters' timeouts (one second each)
+async def test_a_collector_that_is_down_costs_the_calls_nothing() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = {"telemetry": {"otlp": {"endpoint": f"http://127.0.0.1:{port}", "timeout": 1}}}
+    received: list[dict[str, Any]] = []
+    with anyio.fail_after(STEP):
+        async with (
+            running(settings, upstreams={"tr": traced_upstream.server(received)}) as gw,
+            Client(gw.server, mode="legacy") as client,
+        ):
+            for text in ("a", "b"):
+                result = await client.call_tool("echo_meta", {"text": text}, meta=meta())
+                assert not result.is_error
+    assert len(received) == 2 and all("traceparent" in m for m in received)
+
+
 def test_export_headers_read_the_environment() -> None:
     text = json.dumps(
         {"residency": {"telemetry": {"otlp": {"headers": {"authorization": "Bearer ${OTLP_T}"}}}}}

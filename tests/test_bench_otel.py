@@ -1,0 +1,42 @@
+"""``benchmarks/otel_overhead.py`` runs end to end in a tiny configuration and reports its figures.
+
+Its ratio target is the benchmark's to check on a full run; here only what does not depend on
+the machine's speed is asserted: every variant ran its rounds, and the ``on`` worker's spans and
+metrics reached the receiver.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests._timing import TEST
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="the benchmark extracts its baseline with git")
+def test_the_otel_benchmark_runs_and_the_on_variant_exports(tmp_path: Path) -> None:
+    out = tmp_path / "otel.json"
+    # The baseline is the checked-out commit itself: no history needed (a shallow clone works).
+    argv = ["--rounds", "2", "--calls", "5", "--baseline", "HEAD", "--json", str(out)]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "otel_overhead.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=TEST,
+        cwd=str(ROOT),
+    )
+    assert done.returncode in (0, 1), done.stderr  # 1: the ratio target missed on a busy machine
+    report = json.loads(out.read_text())
+    assert set(report["p50_ms"]) == {"on", "off", "before"}
+    assert all(v > 0 for v in report["p50_ms"].values())
+    # Three spans per call (request, admission, upstream call), and the warm-up's too.
+    assert report["spans_received"] >= 3 * 2 * 5
+    assert report["metric_exports_received"] >= 1
+    assert isinstance(report["met"], bool)
