@@ -207,3 +207,32 @@ def test_a_refusal_whose_reason_is_a_policys_is_written_denied() -> None:
     assert _failed("tools/call", "search_tools", reason_) == "searched"
     other = {"isError": True, "content": [], "_meta": {"residency/error": {"reason": "tool_not_resident"}}}
     assert _answered("tools/call", "update_incident", other) == ("refused", "error", "tool_not_resident")
+
+
+async def test_a_refusal_a_policy_notes_is_written_denied_though_the_caller_sees_an_unknown_tool(
+    tmp_path: Path,
+) -> None:
+    from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+
+    from residency._gateway._audit import note_denied
+
+    async def hiding_policy(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        # A policy that hides hidden_tool: it says so to the audit; the caller sees no such tool.
+        if ctx.method == "tools/call" and (ctx.params or {}).get("name") == "hidden_tool":
+            note_denied()
+        return await call_next(ctx)
+
+    path = tmp_path / "audit.jsonl"
+    gateway = Gateway(config({"audit": {"path": str(path)}}), upstreams={"desk": IncidentDesk().server})
+    gateway.server.middleware.append(hiding_policy)  # inside the gate, as a handler would be
+    async with gateway, Client(gateway.server, mode="legacy") as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("hidden_tool", {})
+        with pytest.raises(MCPError):
+            await client.call_tool("no_such_tool", {})
+    assert raised.value.error.data["reason"] == "not_found"  # the caller learns nothing
+    found = lines(path)
+    assert [(line["decision"], line["tool"], line["code"]) for line in found[-2:]] == [
+        ("denied", "hidden_tool", "tool_denied"),
+        ("refused", "no_such_tool", "not_found"),
+    ]

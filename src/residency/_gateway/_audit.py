@@ -37,6 +37,8 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Literal, get_args
 
@@ -44,7 +46,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from residency._errors import ConfigError
 
-__all__ = ["DECISIONS", "DENIED_REASONS", "STDERR", "AuditLog", "AuditSettings", "Decision"]
+__all__ = [
+    "DECISIONS",
+    "DENIED_REASONS",
+    "PENDING",
+    "STDERR",
+    "AuditLog",
+    "AuditSettings",
+    "Decision",
+    "Note",
+    "note_denied",
+]
 
 logger = logging.getLogger("residency.gateway")
 
@@ -77,10 +89,32 @@ DENIED_REASONS: frozenset[str] = frozenset({"tool_denied"})
 """Error reasons (``_errors.Rule.reason``) that mean a tool policy refused the caller: such a
 refusal is written ``denied`` rather than ``refused``.
 
-How a tool policy gets its ``denied`` lines: give its error a rule in ``_errors.RULES`` whose
-reason is here (``tool_denied``), and raise it from the handler as any refusal; the gate
-(``_gate``) writes the request's one line. A handler never calls ``AuditLog.record`` itself: the
-request would have two lines."""
+How a tool policy gets its ``denied`` lines, either way: give its error a rule in
+``_errors.RULES`` whose reason is here (``tool_denied``) and raise it as any refusal; or, when the
+caller must not learn that the tool exists (it is answered as an unknown tool), call
+``note_denied()`` while handling the request. The gate (``_gate``) writes the request's one line.
+A handler never calls ``AuditLog.record`` itself: the request would have two lines."""
+
+
+@dataclass(slots=True)
+class Note:
+    """What a handler says about the request being handled, for its audit line (``note_denied``)."""
+
+    denied: str | None = None
+
+
+PENDING: ContextVar[Note | None] = ContextVar("residency_audit_note", default=None)
+"""The note of the request the gate is handling in this task (None: no audit, or no request)."""
+
+
+def note_denied(code: str = "tool_denied") -> None:
+    """Mark the request being handled as refused by a tool policy: its audit line says
+    ``denied`` with ``code``, whatever the caller was answered (an unknown tool, say, so that it
+    learns nothing of the tools it may not see). Costs nothing when the audit log is off."""
+    note = PENDING.get()
+    if note is not None:
+        note.denied = code
+
 
 STDERR = "-"
 """The ``path`` that writes the audit log to stderr."""

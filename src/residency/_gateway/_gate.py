@@ -24,7 +24,8 @@ takes a call token when ``calls_per_minute`` is set. ``tools/list``, ``tools/cal
 How a ``tools/call`` answer is told apart: a call the session admitted carries its call id in
 ``_meta["residency/call"]`` (``_calls``) and is ``forwarded``; an ``isError`` result without it,
 or a JSON-RPC error, is ``refused`` (``denied`` when its reason is a policy's, see
-``_audit.DENIED_REASONS``), with the reason of ``_meta["residency/error"]`` as its code.
+``_audit.DENIED_REASONS``, or when the handler called ``_audit.note_denied``), with the reason
+of ``_meta["residency/error"]`` as its code.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from pydantic import ValidationError
 
 from residency._errors import InvalidInput, RateLimited
 from residency._gateway import _meta_tools as meta
-from residency._gateway._audit import DENIED_REASONS, AuditLog, Decision
+from residency._gateway._audit import DENIED_REASONS, PENDING, AuditLog, Decision, Note
 from residency._gateway._calls import CALL_META_KEY
 from residency._gateway._config import ResidencySettings, Secrets
 from residency._gateway._connection import IDENTITY_STATE, session_key
@@ -156,13 +157,18 @@ class RequestGate:
                 raise to_mcp_error(error, self.secrets)
         if self.audit is None or method not in _AUDITED:
             return await call_next(ctx)
+        note = Note()
+        noting = PENDING.set(note)
         try:
             result = await call_next(ctx)
         except MCPError as exc:
             data = exc.error.data
             reason = data.get("reason") if isinstance(data, dict) else None
             code = reason if isinstance(reason, str) else str(exc.error.code)
-            self._record(ctx, caller, _failed(method, tool, code), tool, "error", code, arguments=arguments)
+            decision = _failed(method, tool, code)
+            if note.denied is not None and decision == "refused":
+                decision, code = "denied", note.denied
+            self._record(ctx, caller, decision, tool, "error", code, arguments=arguments)
             raise
         except ValidationError:
             # Params the SDK could not read (it answers -32602): recorded as what they are.
@@ -175,7 +181,11 @@ class RequestGate:
                 ctx, caller, _failed(method, tool, "internal_error"), tool, "error", "internal_error"
             )
             raise
+        finally:
+            PENDING.reset(noting)
         decision, outcome, answer_code = _answered(method, tool, result)
+        if note.denied is not None and decision == "refused":
+            decision, answer_code = "denied", note.denied
         resource = params.get("uri") if method == "resources/read" else None
         self._record(
             ctx,
