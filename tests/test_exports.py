@@ -49,7 +49,7 @@ def test_every_module_imports() -> None:
 
 # -- the public modules beside the top level ---------------------------------------------------
 
-PUBLIC_MODULES = ("residency.gateway", "residency.demo")
+PUBLIC_MODULES = ("residency.gateway", "residency.demo", "residency.local_model")
 EXPECTED = {
     "residency.gateway": (
         "Gateway",
@@ -60,6 +60,7 @@ EXPECTED = {
         "serve_stdio",
     ),
     "residency.demo": ("IncidentDesk", "desk_tools"),
+    "residency.local_model": ("CHAT_TEMPLATE", "LocalModel", "local_model", "model_file"),
 }
 
 

