@@ -93,6 +93,7 @@ def _ask(model: LocalModel, messages: list[dict[str, Any]], tools: list[dict[str
         "temperature": 0.8,
         "max_tokens": 96,
         "parallel_tool_calls": False,
+        "stop": model.stop,
     }
     request = urllib.request.Request(
         f"{model.base_url}/chat/completions",

@@ -111,6 +111,16 @@ class LocalModel:
         return f"{self.address}/v1"
 
     @property
+    def stop(self) -> list[str]:
+        """Stop sequences to send with each request: the answer ends after its first tool call.
+
+        Left to itself, the model repeats calls until ``max_tokens``; stopped at the first
+        ``</tool_call>``, it decides one call per turn in half the time, and no call is cut off
+        mid-arguments (llama.cpp refuses a history holding arguments that are not JSON).
+        """
+        return ["</tool_call>"]
+
+    @property
     def name(self) -> str:
         """The model name to send in requests (the server serves one model, whatever it is called)."""
         return "gemma-3-270m"

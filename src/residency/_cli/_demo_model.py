@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import anyio
 from rich.console import Console
 
+from residency._errors import LocalModelUnavailable
 from residency.local_model import LocalModel, local_model
 
 if TYPE_CHECKING:
@@ -50,7 +51,16 @@ def _text(result: types.CallToolResult) -> str:
     return "".join(b.text for b in result.content if isinstance(b, types.TextContent))
 
 
+def _object(raw: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def _ask(model: LocalModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> Any:
+    import urllib.error
     import urllib.request
 
     body = {
@@ -61,14 +71,19 @@ def _ask(model: LocalModel, messages: list[dict[str, Any]], tools: list[dict[str
         "temperature": 0.8,
         "max_tokens": 96,
         "parallel_tool_calls": False,
+        "stop": model.stop,
     }
     request = urllib.request.Request(
         f"{model.base_url}/chat/completions",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request, timeout=600) as answer:
-        return json.load(answer)
+    try:
+        with urllib.request.urlopen(request, timeout=600) as answer:
+            return json.load(answer)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")[:300]
+        raise LocalModelUnavailable(f"the local model server answered {exc.code}: {detail}") from None
 
 
 async def _play(model: LocalModel, turns: int, seed: int, console: Console) -> None:
@@ -107,23 +122,29 @@ async def _play(model: LocalModel, turns: int, seed: int, console: Console) -> N
         refused = 0
         console.print("\n[bold]The local model decides the next turns[/bold]")
         for turn in range(turns):
-            answer = await anyio.to_thread.run_sync(_ask, model, messages, tools, seed + turn)
+            try:
+                answer = await anyio.to_thread.run_sync(_ask, model, messages, tools, seed + turn)
+            except LocalModelUnavailable as exc:
+                console.print(f"[red]{exc}[/red]")
+                break
             message = answer["choices"][0]["message"]
             calls = message.get("tool_calls") or []
             if not calls:
                 console.print(f"model turn {turn + 1}: no call; it wrote {message.get('content', '')[:80]!r}")
                 break
-            messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+            usable = []
             for c in calls:
                 name, raw = c["function"]["name"], c["function"]["arguments"]
-                try:
-                    arguments = json.loads(raw)
-                except json.JSONDecodeError:
-                    arguments = None
-                if not isinstance(arguments, dict):
+                arguments = _object(raw)
+                if arguments is None:
                     console.print(f"model turn {turn + 1}: {name}({raw[:60]}) -> arguments are not an object; not sent")
-                    messages.append({"role": "tool", "tool_call_id": c["id"], "content": "arguments are not a JSON object"})
                     continue
+                usable.append((c, name, arguments))
+            if not usable:
+                break
+            # The history keeps the calls that were sent (the template renders their arguments).
+            messages.append({"role": "assistant", "content": None, "tool_calls": [c for c, _, _ in usable]})
+            for c, name, arguments in usable:
                 result = await client.call_tool(name, arguments)
                 details = (result.meta or {}).get("residency/error") or {}
                 outcome = details.get("reason", "error") if result.is_error else "ok"
