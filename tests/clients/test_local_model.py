@@ -27,6 +27,7 @@ the desk, never on the model's text:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterator
@@ -54,7 +55,7 @@ from tests.clients.scenario import FIRST_NOTE, PUSH_OUT, TOMBSTONED_TOOL, forwar
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 SEED = 7
-MAX_TURNS = 3
+MAX_TURNS = 2
 """Model turns per run: each is a few seconds to tens of seconds on a loaded machine."""
 MODEL_TURN = scaled(120)
 """Seconds one model answer may take (one thread, a loaded machine, an uncached prompt)."""
@@ -166,7 +167,10 @@ async def test_the_gateway_refuses_every_ghost_call_the_model_makes(tmp_path: Pa
         name="incident-desk",
         model=RecordingModel(record, model=model.name, openai_client=client),
         model_settings=ModelSettings(
-            temperature=0.8, max_tokens=96, parallel_tool_calls=False, extra_args={"seed": SEED, "stop": model.stop}
+            temperature=0.8,
+            max_tokens=96,
+            parallel_tool_calls=False,
+            extra_args={"seed": SEED, "stop": model.stop},
         ),
         mcp_servers=[server],
     )
@@ -184,7 +188,8 @@ async def test_the_gateway_refuses_every_ghost_call_the_model_makes(tmp_path: Pa
             before = await _events(server)
             assert TOMBSTONED_TOOL in {e["subject"] for e in before if e["kind"] == "tombstoned"}
 
-            try:
+            # The model may keep calling past the last turn: the turns it took are what is checked.
+            with contextlib.suppress(MaxTurnsExceeded):
                 await Runner.run(
                     agent,
                     _history(_text(earlier)),
@@ -193,8 +198,6 @@ async def test_the_gateway_refuses_every_ghost_call_the_model_makes(tmp_path: Pa
                     ),
                     max_turns=MAX_TURNS,
                 )
-            except MaxTurnsExceeded:
-                pass  # the model may keep calling: the turns it took are what is checked
 
             # A stale call after the run, scripted: refused whether or not the model made one.
             stale = await server.call_tool(TOMBSTONED_TOOL, {**FIRST_NOTE, "note": "rolled back deploy 42"})
@@ -206,7 +209,7 @@ async def test_the_gateway_refuses_every_ghost_call_the_model_makes(tmp_path: Pa
                 await client.close()
 
     assert stale.is_error and _text(stale).startswith(f"{TOMBSTONED_TOOL}: mutation tool schema withheld")
-    model_events = events[len(before):]
+    model_events = events[len(before) :]
     refused = [e["subject"] for e in model_events if e["kind"] == "refused"]
     called = [e["subject"] for e in model_events if e["kind"] == "called"]
 
@@ -248,7 +251,7 @@ async def _events(server: MCPServerStdio) -> list[dict[str, Any]]:
 
 
 async def _timeline(server: MCPServerStdio) -> list[str]:
-    """INC-7's timeline as the desk holds it (re-expanding ``get_timeline`` first: scripted, after the run)."""
+    """INC-7's timeline as the desk holds it (``get_timeline`` re-expanded first; after the run)."""
     again = await server.call_tool("reexpand_tools", {"names": ["get_timeline"]})
     assert not again.is_error, again
     result = await server.call_tool("get_timeline", {"incident_id": "INC-7"})
@@ -257,13 +260,23 @@ async def _timeline(server: MCPServerStdio) -> list[str]:
     return timeline
 
 
-def test_the_demo_tour_with_the_local_model_forwards_no_ghost(tmp_path: Path, model: Any) -> None:
+def test_the_demo_tour_with_the_local_model_forwards_no_ghost() -> None:
     """``residency demo --model local``: the model decides one turn; the gateway's tally says
-    no call of the tombstoned tool reached the desk (whatever the model chose)."""
+    no call of the tombstoned tool reached the desk (whatever the model chose). The demo starts
+    a model server of its own."""
     import subprocess
     import sys
 
-    env = {**os.environ, "XDG_CACHE_HOME": str(model.model_path.parent.parent.parent), "COLUMNS": "200"}
+    from residency import LocalModelUnavailable
+    from residency.local_model import model_file
+
+    try:
+        model_file()  # assembled once, before the clock of the run below
+    except LocalModelUnavailable as exc:
+        if exc.missing:
+            _missing(str(exc))
+        raise
+    env = {**os.environ, "COLUMNS": "200"}
     done = subprocess.run(
         [sys.executable, "-m", "residency", "demo", "--model", "local", "--turns", "1", "--seed", str(SEED)],
         capture_output=True,

@@ -15,9 +15,7 @@ the gateway refuses it. A run where the model calls something else shows that to
 from __future__ import annotations
 
 import json
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from rich.console import Console
@@ -95,14 +93,29 @@ async def _play(model: LocalModel, turns: int, seed: int, console: Console) -> N
     from residency._gateway._server import Gateway
 
     desk = IncidentDesk()
-    config = {"residency": {"budget": {"schema_tokens": 500, "planner": "greedy"}, "minify": "compact", "delivery": "list"}}
-    gateway = Gateway(parse_config(json.dumps(config)), upstreams={"desk": desk.server}, default_session="demo")
+    config = {
+        "residency": {
+            "budget": {"schema_tokens": 500, "planner": "greedy"},
+            "minify": "compact",
+            "delivery": "list",
+        }
+    }
+    gateway = Gateway(
+        parse_config(json.dumps(config)), upstreams={"desk": desk.server}, default_session="demo"
+    )
     async with gateway, Client(gateway.server) as client:
         session = gateway.session("demo")
         await client.call_tool("reexpand_tools", {"names": [GHOST]})
         cached = (await client.list_tools()).tools
         tools = [
-            {"type": "function", "function": {"name": t.name, "description": t.description or "", "parameters": t.input_schema}}
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description or "",
+                    "parameters": t.input_schema,
+                },
+            }
             for t in cached
         ]
         console.print(f"[bold]The client caches its list:[/bold] {', '.join(t.name for t in cached)}")
@@ -110,8 +123,14 @@ async def _play(model: LocalModel, turns: int, seed: int, console: Console) -> N
         console.print(f"turn 1 (scripted) {GHOST}({json.dumps(EARLIER)}) -> [green]ok[/green]")
         await client.call_tool("reexpand_tools", {"names": PUSH_OUT})
         state = session.state(GHOST).value
-        console.print(f"turn 2 (scripted) reexpand_tools({PUSH_OUT}) -> {GHOST} is now [yellow]{state}[/yellow]")
-        call = {"id": "c-1", "type": "function", "function": {"name": GHOST, "arguments": json.dumps(EARLIER)}}
+        console.print(
+            f"turn 2 (scripted) reexpand_tools({PUSH_OUT}) -> {GHOST} is now [yellow]{state}[/yellow]"
+        )
+        call = {
+            "id": "c-1",
+            "type": "function",
+            "function": {"name": GHOST, "arguments": json.dumps(EARLIER)},
+        }
         messages: list[dict[str, Any]] = [
             {"role": "user", "content": "Assign INC-7 to u-42 at SEV-2 and notify."},
             {"role": "assistant", "content": None, "tool_calls": [call]},
@@ -137,7 +156,9 @@ async def _play(model: LocalModel, turns: int, seed: int, console: Console) -> N
                 name, raw = c["function"]["name"], c["function"]["arguments"]
                 arguments = _object(raw)
                 if arguments is None:
-                    console.print(f"model turn {turn + 1}: {name}({raw[:60]}) -> arguments are not an object; not sent")
+                    console.print(
+                        f"model turn {turn + 1}: {name}({raw[:60]}) -> arguments are not an object; not sent"
+                    )
                     continue
                 usable.append((c, name, arguments))
             if not usable:
