@@ -28,6 +28,7 @@ the desk, never on the model's text:
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -47,6 +48,7 @@ from agents.tool import default_tool_error_function
 from agents.tool_context import ToolContext
 from openai import AsyncOpenAI
 from openai.types.responses import ResponseFunctionToolCall
+from rich.console import Console
 
 from tests._timing import CLEANUP, SERVING, START, scaled
 from tests.clients import scenario
@@ -260,31 +262,15 @@ async def _timeline(server: MCPServerStdio) -> list[str]:
     return timeline
 
 
-def test_the_demo_tour_with_the_local_model_forwards_no_ghost() -> None:
-    """``residency demo --model local``: the model decides one turn; the gateway's tally says
-    no call of the tombstoned tool reached the desk (whatever the model chose). The demo starts
-    a model server of its own."""
-    import subprocess
-    import sys
+async def test_the_demo_tour_with_the_local_model_forwards_no_ghost(model: Any) -> None:
+    """``residency demo --model local``'s tour on the module's model (in process; the command
+    starts a server of its own, which is all it adds): the model decides one turn, and the
+    gateway's tally says no call of the tombstoned tool reached the desk, whatever it chose."""
+    from residency._cli._demo_model import _play
 
-    from residency import LocalModelUnavailable
-    from residency.local_model import model_file
-
-    try:
-        model_file()  # assembled once, before the clock of the run below
-    except LocalModelUnavailable as exc:
-        if exc.missing:
-            _missing(str(exc))
-        raise
-    env = {**os.environ, "COLUMNS": "200"}
-    done = subprocess.run(
-        [sys.executable, "-m", "residency", "demo", "--model", "local", "--turns", "1", "--seed", str(SEED)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=START + MODEL_TURN + SERVING,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "update_incident is now tombstoned" in done.stdout
-    assert "update_incident among them: 0." in done.stdout, done.stdout
+    out = io.StringIO()
+    with anyio.fail_after(SERVING + MODEL_TURN):
+        await _play(model, 1, SEED, Console(file=out, width=200, highlight=False))
+    text = out.getvalue()
+    assert "update_incident is now tombstoned" in text
+    assert "update_incident among them: 0." in text, text
