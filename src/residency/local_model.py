@@ -37,6 +37,7 @@ import os
 import selectors
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -192,7 +193,8 @@ def local_model(
         context: the context window, in tokens.
         startup_timeout: seconds to wait for the server to listen (loading takes a few seconds;
             longer on a loaded machine).
-        log_path: where the server's log goes (default a file beside the model).
+        log_path: where the server's log goes (default a temporary file, removed on exit;
+            an error quotes its end).
         cache_dir: where the model file is kept (see :func:`model_file`).
 
     Raises:
@@ -201,7 +203,19 @@ def local_model(
     """
     _require("xllamacpp", "xllamacpp")
     path = model_file(cache_dir)
-    log = log_path if log_path is not None else path.with_name(f"server-{os.getpid()}.log")
+    with contextlib.ExitStack() as stack:
+        if log_path is None:
+            log_path = (
+                Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="residency-model-")))
+                / "server.log"
+            )
+        yield stack.enter_context(_running(path, seed, threads, context, startup_timeout, log_path))
+
+
+@contextlib.contextmanager
+def _running(
+    path: Path, seed: int, threads: int, context: int, startup_timeout: float, log: Path
+) -> Iterator[LocalModel]:
     command = [
         sys.executable,
         "-m",
