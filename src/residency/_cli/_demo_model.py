@@ -169,7 +169,7 @@ async def _play(model: LocalModel, turns: int, seed: int, console: Console) -> N
                 result = await client.call_tool(name, arguments)
                 details = (result.meta or {}).get("residency/error") or {}
                 outcome = details.get("reason", "error") if result.is_error else "ok"
-                refused += outcome == "tool_not_resident"
+                refused += name == GHOST and outcome == "tool_not_resident"
                 style = "green" if outcome == "ok" else "red"
                 shown = json.dumps(arguments)
                 console.print(f"model turn {turn + 1}: {name}({shown[:70]}) -> [{style}]{outcome}[/{style}]")
