@@ -161,6 +161,9 @@ MEANINGS: dict[str, dict[str, str]] = {
         "auth.introspection.cache_seconds": "how long an active answer is reused (never past the "
         "token's `exp`)",
         "auth.introspection.timeout": "seconds the introspection request may take",
+        "auth.groups_claim": "the token claim that holds the caller's groups, for `policy`: a list of "
+        "strings or a space-separated string; a dotted name reads a nested object "
+        "(`realm_access.roles`)",
         "read_only": "tools to list as read-only (`readOnlyHint: true`, `destructiveHint: false`) "
         "whatever their upstream says",
         "mutating": "tools to list as mutations (`readOnlyHint: false`); tools with no annotations "
@@ -220,5 +223,20 @@ MEANINGS: dict[str, dict[str, str]] = {
         "telemetry.metrics": "send the `/metrics` counters, gauges and histogram as OTLP metrics",
         "telemetry.metric_interval": "seconds between two metric exports (one more is sent when the "
         "gateway stops)",
+        "policy": "which tools each caller may see and call, by its access token's subject, groups "
+        "and scopes (see the team deployment guide for the rule order). A denied tool is absent for "
+        "that caller from every list, search, resource and error. `null`: every tool for everyone",
+        "policy.rules": "the rules, in any order: each applies to the callers its `subjects`, `groups` "
+        "and `scopes` name (a rule naming none applies to every caller, those without an OAuth "
+        "identity too) and allows and denies tools; a deny wins, and a tool no applying rule allows "
+        "is denied",
+        "policy.rules.subjects": "token subjects (`sub`) the rule is for",
+        "policy.rules.groups": "groups the rule is for (the token's `auth.groups_claim`)",
+        "policy.rules.scopes": "scopes the rule is for (the token's `scope`)",
+        "policy.rules.allow": "tool patterns `server/tool` the rule allows: shell-style globs, e.g. "
+        "`github/*` or `*/get_*`, on the configured server name and the tool's name at that server; "
+        "`*` alone is every tool",
+        "policy.rules.deny": "tool patterns the rule denies; a deny of any applying rule wins over "
+        "every allow",
     },
 }

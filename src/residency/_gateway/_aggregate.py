@@ -193,10 +193,19 @@ class CatalogEntry:
 
 
 class Catalog:
-    """The aggregated tools, by gateway name, in a stable order (server, then upstream order)."""
+    """The aggregated tools, by gateway name, in a stable order (server, then upstream order).
 
-    def __init__(self, entries: Iterable[CatalogEntry] = ()) -> None:
+    ``source``: the whole catalog a ``subset`` was taken from (itself for a whole catalog); the
+    search index is the source's, shared by every subset (``_search.catalog_index``).
+    """
+
+    def __init__(self, entries: Iterable[CatalogEntry] = (), *, source: Catalog | None = None) -> None:
         self._by_name: dict[str, CatalogEntry] = {e.name: e for e in entries}
+        self.source: Catalog = source if source is not None else self
+
+    def subset(self, entries: Iterable[CatalogEntry]) -> Catalog:
+        """A catalog of some of these entries (one caller's, ``_policy``), sharing this one's source."""
+        return Catalog(entries, source=self.source)
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name

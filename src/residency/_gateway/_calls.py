@@ -229,7 +229,7 @@ class ToolCalls:
         host_evictions(gs, ctx)
         host_dropped_results(gs, ctx)
         host_dropped_spans(gs, ctx, extra_meta)
-        before = gs.view(gw.catalog)
+        before = gs.view(gw.catalog_for(gs))
         if name in meta.META_TOOLS:
             result = await refusals_as_results(
                 self._meta_call(gs, name, arguments), self.secrets, structured=True
@@ -259,9 +259,9 @@ class ToolCalls:
             logger.warning("session %s: another writer keeps changing it; turn not planned", gs.key)
         if plan is not None and gs.host_applies_evictions and plan.evictions:
             extra_meta[EVICT_META_KEY] = list(plan.evictions)
-        _add_tombstone_notice(result, before.tombstones, gs.view(gw.catalog).tombstones)
+        _add_tombstone_notice(result, before.tombstones, gs.view(gw.catalog_for(gs)).tombstones)
         await gw._announce(gs, before, current=ctx)
-        if gw._fanout is not None and gs.view(gw.catalog) != before:
+        if gw._fanout is not None and gs.view(gw.catalog_for(gs)) != before:
             await gw._fanout.notify(s.session_id)  # clients of other replicas hear of it too
         if extra_meta:
             # The result is this call's own (fresh from the upstream client or a meta-tool).
@@ -275,7 +275,7 @@ class ToolCalls:
             ArgumentsInvalid: bad input (``tool`` is ``call_tool``); nothing has been applied.
         """
         name, inner = meta.call_tool_target(arguments)
-        if self._gw.catalog.get(name) is None and not _known(gs.session, name) and not self._upstreams_down():
+        if self._gw.catalog_for(gs).get(name) is None and not _known(gs.session, name) and not self._upstreams_down():
             raise ArgumentsInvalid(
                 f"invalid arguments at $.name: no tool named {name!r}. Find one with "
                 f"{meta.SEARCH_TOOLS}, then call it through {meta.CALL_TOOL} with the name it gives.",
@@ -285,7 +285,7 @@ class ToolCalls:
         return name, inner
 
     async def _meta_call(self, gs: GatewaySession, name: str, arguments: JSONObject) -> types.CallToolResult:
-        s, catalog, delivery = gs.session, self._gw.catalog, gs.delivery
+        s, catalog, delivery = gs.session, self._gw.catalog_for(gs), gs.delivery
         if name == meta.SEARCH_TOOLS:
             listed = gs.listed_tools(catalog) if delivery.by_reference else ()
             result = meta.search_tools(
@@ -336,7 +336,8 @@ class ToolCalls:
         """
         gw = self._gw
         s = gs.session
-        entry = gw.catalog.get(name)
+        mine = gw.catalog_for(gs)
+        entry = mine.get(name)
         if entry is None:
             down = self._upstreams_down()
             if name not in s.tools():
@@ -346,7 +347,7 @@ class ToolCalls:
             self._not_offered(gs, name, arguments, down)
         if not _pinned(s, name, entry.hash):
             # The session missed a catalog update (or was opened from an older journal).
-            s.register_tools(gw.catalog.definitions())
+            s.register_tools(mine.definitions())
         evicted = s.state(name) is ToolState.EVICTED
         unlisted = gs.delivery.by_reference and not gs.lists(name)
         tracing = gw.tracing
@@ -395,7 +396,7 @@ class ToolCalls:
         for _ in range(_SEND_ATTEMPTS):
             if not upstream.current(gw.relist_interval) or upstream.version != gw._applied.get(entry.server):
                 await gw._refresh(upstream, gw.relist_interval)
-                now = gw.catalog.get(entry.name)
+                now = gw.catalog_for(gs).get(entry.name)
                 if now is None or now.hash != entry.hash or not _pinned(gs.session, entry.name, entry.hash):
                     return None
             try:
@@ -429,10 +430,10 @@ class ToolCalls:
             ResidencyError: the refusal (its arguments are resident now, so the redefinition
                 tombstoned it), else ``UpstreamFailure`` saying it was not sent.
         """
-        gw = self._gw
-        if name not in gw.catalog:  # gone, or renamed (a name differing only in case is another tool)
+        mine = self._gw.catalog_for(gs)
+        if name not in mine:  # gone, or renamed (a name differing only in case is another tool)
             self._not_offered(gs, name, arguments, self._upstreams_down())
-        gs.session.register_tools(gw.catalog.definitions())
+        gs.session.register_tools(mine.definitions())
         try:
             gs.session.authorize_call(name, arguments)
         except ResidencyError as exc:
@@ -441,7 +442,7 @@ class ToolCalls:
         raise UpstreamFailure(
             f"{name}: its definition changed upstream while the call was made; it was not sent. "
             f"Call {meta.REEXPAND_TOOLS} to see the new definition.",
-            server=gw.catalog.get(name).server,  # type: ignore[union-attr]
+            server=mine.get(name).server,  # type: ignore[union-attr]
         )
 
     def _carry(

@@ -45,6 +45,7 @@ from residency._gateway._http_limits import HTTPSettings
 from residency._gateway._oauth_config import OAuthSettings
 from residency._gateway._otel_config import TelemetrySettings
 from residency._gateway._rate_limit import RateLimitSettings
+from residency._gateway._policy_config import PolicySettings
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
 
 __all__ = [
@@ -195,6 +196,8 @@ class ResidencySettings(_Strict):
         audit: the audit log, one JSON line per decision (see ``_audit``); None: off.
         telemetry: OpenTelemetry traces and metrics sent over OTLP (see ``_otel_config``);
             None (the default): none, and no OpenTelemetry code runs.
+        policy: which tools each caller may see and call, by its token's subject, groups and
+            scopes (see ``_policy``); None: every tool for everyone.
     """
 
     budget: BudgetSettings = BudgetSettings()
@@ -222,6 +225,7 @@ class ResidencySettings(_Strict):
     rate_limit: RateLimitSettings | None = None
     audit: AuditSettings | None = None
     telemetry: TelemetrySettings | None = None
+    policy: PolicySettings | None = None
 
     @model_validator(mode="after")
     def _one_way_in(self) -> ResidencySettings:

@@ -47,10 +47,12 @@ from residency._errors import InvalidInput
 __all__ = [
     "IDENTITY_STATE",
     "OAUTH_IDENTITY_PREFIX",
+    "PRINCIPAL_STATE",
     "SESSION_HEADER",
     "SESSION_META_KEY",
     "connection_of",
     "is_modern",
+    "request_principal",
     "session_key",
     "token_identity",
 ]
@@ -63,6 +65,9 @@ SESSION_HEADER = "residency-session"
 
 IDENTITY_STATE = "residency.identity"
 """Where the HTTP transport puts an authenticated request's identity (ASGI scope ``state``)."""
+
+PRINCIPAL_STATE = "residency.principal"
+"""Where the OAuth front puts a request's validated ``Principal`` (ASGI scope ``state``)."""
 
 OAUTH_IDENTITY_PREFIX = "oauth-"
 """How an OAuth principal's identity starts (``_oauth.Principal.identity``)."""
@@ -126,6 +131,13 @@ def _authenticated_identity(ctx: ServerRequestContext[Any, Any]) -> str | None:
     state = scope.get("state") if isinstance(scope, dict) else None
     value = state.get(IDENTITY_STATE) if isinstance(state, dict) else None
     return value if isinstance(value, str) else None
+
+
+def request_principal(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """The ``_oauth.Principal`` the OAuth front validated for this request (None: none)."""
+    scope = getattr(ctx.request, "scope", None) if ctx.request is not None else None
+    state = scope.get("state") if isinstance(scope, dict) else None
+    return state.get(PRINCIPAL_STATE) if isinstance(state, dict) else None
 
 
 def session_key(ctx: ServerRequestContext[Any, Any], default: str | None) -> str | None:

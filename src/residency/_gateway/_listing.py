@@ -84,7 +84,7 @@ class ToolListing:
         gw = self._gw
         gs = gw._request_session(ctx)
         s = gs.session
-        listed = gs.resident_definitions(gw.catalog)
+        listed = gs.resident_definitions(gw.catalog_for(gs))
         tools = [self._tool_model(n, h, d) for n, h, d in listed]
         names = self.meta_tools(gs)
         models = _BY_REFERENCE if gs.delivery.lists_call_tool else _BY_LIST
@@ -95,11 +95,20 @@ class ToolListing:
         gs.delivery.unseen_change = False
         # The view this list shows, kept: a later change (another session archiving the scope's
         # first chain, say) is announced against what the client was served.
-        gs.view(gw.catalog)
+        gs.view(gw.catalog_for(gs))
         if is_modern(ctx):
             # Per caller and liable to change at any turn: never cached, never shared.
             return types.ListToolsResult(tools=tools, ttl_ms=0, cache_scope="private")
         return types.ListToolsResult(tools=tools)
+
+    async def tell_list_changed(self, gs: GatewaySession) -> None:
+        """Tell every client of the session that its tool list changed (a policy reload changed
+        what its caller may see, ``Gateway.set_policy``)."""
+        self._gw.telemetry.list_changed(gs.key)
+        gs.delivery.unseen_change = True
+        await gs.bus.publish(ToolsListChanged())
+        for connection in list(gs.connections):
+            await connection.send_tool_list_changed()
 
     async def announce(
         self, gs: GatewaySession, before: View, *, current: ServerRequestContext[Any, Any] | None
@@ -108,7 +117,7 @@ class ToolListing:
 
         ``current``: the request being answered, whose own stream carries the caller's notice.
         """
-        after = gs.view(self._gw.catalog)
+        after = gs.view(self._gw.catalog_for(gs))
         if after == before:
             return
         # Tombstones are not in the list: a change of them alone leaves the list (and the

@@ -340,11 +340,14 @@ def search_tools(
 
     # The catalog's shared index, filtered to the tools this session's model does not see: by
     # list its withheld ones, by reference those neither listed nor carried; never archived
-    # ones, never a tool the session does not know. The test is asked only of the best-ranked
-    # tools, so a query does not walk the session's whole catalog.
+    # ones, never a tool the session does not know or the caller may not see. The test is asked
+    # only of the best-ranked tools, so a query does not walk the session's whole catalog.
     shown = frozenset(listed)
+    restricted = catalog is not catalog.source
 
     def withheld(name: str) -> bool:
+        if restricted and name not in catalog:  # not the caller's (``_policy``)
+            return False
         try:
             state = session.state(name)
         except NotFound:

@@ -43,7 +43,15 @@ from residency._gateway._connection import OAUTH_IDENTITY_PREFIX
 from residency._gateway._jwks import RETRY_SECONDS, IssuerUnavailable, JwksCache, fetch_json
 from residency._gateway._oauth_config import IntrospectionSettings, OAuthSettings
 
-__all__ = ["IDENTITY_PREFIX", "Introspector", "Principal", "TokenRefused", "TokenValidator", "scopes_of"]
+__all__ = [
+    "IDENTITY_PREFIX",
+    "Introspector",
+    "Principal",
+    "TokenRefused",
+    "TokenValidator",
+    "groups_of",
+    "scopes_of",
+]
 
 logger = logging.getLogger("residency.gateway.auth")
 
@@ -92,6 +100,9 @@ class Principal:
         client_id: the client the token was issued to (``client_id``, else ``azp``), if named.
         scopes: the scopes granted.
         expires_at: ``exp`` (seconds since the epoch), if any.
+        groups: the groups the token's groups claim names (``auth.groups_claim``), for the tool
+            policy (``_policy``); not part of the identity: a token with other groups is the
+            same caller, who may then see other tools.
     """
 
     issuer: str
@@ -99,6 +110,7 @@ class Principal:
     client_id: str | None
     scopes: frozenset[str]
     expires_at: int | None = None
+    groups: frozenset[str] = frozenset()
 
     @functools.cached_property
     def identity(self) -> str:
@@ -117,7 +129,25 @@ def scopes_of(claims: Mapping[str, Any]) -> frozenset[str]:
     return frozenset()
 
 
-def _principal(claims: Mapping[str, Any], issuer: str, required: tuple[str, ...]) -> Principal:
+def groups_of(claims: Mapping[str, Any], claim: str) -> frozenset[str]:
+    """The groups a token's claims name under ``claim``: a list of strings or one
+    space-separated string; a dotted name reads a nested object (``realm_access.roles``) when
+    no claim has the whole name. Anything else is no group."""
+    raw: Any = claims.get(claim)
+    if raw is None and "." in claim:
+        raw = claims
+        for part in claim.split("."):
+            raw = raw.get(part) if isinstance(raw, Mapping) else None
+    if isinstance(raw, str):
+        return frozenset(raw.split())
+    if isinstance(raw, list):
+        return frozenset(g for g in raw if isinstance(g, str) and g)
+    return frozenset()
+
+
+def _principal(
+    claims: Mapping[str, Any], issuer: str, required: tuple[str, ...], groups_claim: str = "groups"
+) -> Principal:
     client_id = claims.get("client_id", claims.get("azp"))
     client = client_id if isinstance(client_id, str) and client_id else None
     subject = claims.get("sub")
@@ -129,7 +159,8 @@ def _principal(claims: Mapping[str, Any], issuer: str, required: tuple[str, ...]
     if not scopes.issuperset(required):
         raise TokenRefused("insufficient_scope", "the token lacks a required scope")
     exp = claims.get("exp")
-    return Principal(issuer, subject, client, scopes, exp if isinstance(exp, int) else None)
+    expires = exp if isinstance(exp, int) else None
+    return Principal(issuer, subject, client, scopes, expires, groups_of(claims, groups_claim))
 
 
 def _looks_like_jwt(token: str) -> bool:
@@ -221,7 +252,9 @@ class TokenValidator:
         if not key.Algorithm.verify(signed, key.key, signature):
             raise TokenRefused("invalid_token", "the token's signature is invalid")
         self._check_claims(claims, self._wallclock())
-        principal = _principal(claims, self.settings.issuer, self.settings.scopes)
+        principal = _principal(
+            claims, self.settings.issuer, self.settings.scopes, self.settings.groups_claim
+        )
         self._verified[digest] = (principal, kid, alg, key, claims["exp"])
         while len(self._verified) > self._remember:
             self._verified.popitem(last=False)
@@ -393,7 +426,7 @@ class Introspector:
             raise
         self._failed_at = None
         claims = self._checked(answer, now)
-        principal = _principal(claims, self._auth.issuer, ())
+        principal = _principal(claims, self._auth.issuer, (), self._auth.groups_claim)
         until = now + settings.cache_seconds
         if principal.expires_at is not None:
             until = min(until, principal.expires_at)

@@ -112,6 +112,9 @@ class OAuthSettings(_Strict):
         timeout: seconds a request to the issuer (metadata, keys) may take.
         resource_name: a human-readable name in the protected-resource metadata.
         introspection: ask the issuer about opaque (non-JWT) tokens; None: they are refused.
+        groups_claim: the claim that holds a token's groups, for the tool policy
+            (``residency.policy``): a list of strings or a space-separated string; a dotted
+            name reads a nested object (``realm_access.roles``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -127,6 +130,7 @@ class OAuthSettings(_Strict):
     timeout: float = Field(default=5.0, gt=0, le=60)
     resource_name: str | None = None
     introspection: IntrospectionSettings | None = None
+    groups_claim: str = Field(default="groups", min_length=1, max_length=128)
 
     @field_validator("issuer")
     @classmethod

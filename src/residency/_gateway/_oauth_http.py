@@ -33,7 +33,7 @@ from pydantic import AnyHttpUrl
 from starlette.authentication import AuthCredentials
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from residency._gateway._connection import IDENTITY_STATE
+from residency._gateway._connection import IDENTITY_STATE, PRINCIPAL_STATE
 from residency._gateway._jwks import RETRY_SECONDS, IssuerUnavailable
 from residency._gateway._oauth import Principal, TokenRefused, TokenValidator
 from residency._gateway._oauth_config import OAuthSettings
@@ -44,8 +44,6 @@ logger = logging.getLogger("residency.gateway.auth")
 
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 
-PRINCIPAL_STATE = "residency.principal"
-"""Where a request's validated ``Principal`` is put (ASGI scope ``state``)."""
 
 RETRY_AFTER = str(int(RETRY_SECONDS)).encode()
 

@@ -21,7 +21,7 @@ nothing:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -32,10 +32,12 @@ from residency._gateway import _resources as res
 from residency._gateway._config import Secrets
 from residency._gateway._connection import connection_of
 from residency._gateway._errors import protocol_errors
+from residency._gateway._policy import Access
 from residency._runtime import Session
 
 if TYPE_CHECKING:
     from residency._gateway._server import Gateway
+    from residency._gateway._upstream import Upstream
 
 __all__ = ["MAX_URI_CHARS", "SUBSCRIPTIONS_STATE", "ResourceHandlers"]
 
@@ -81,9 +83,12 @@ class ResourceHandlers:
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         gs = self._gw._request_session(ctx)
+        access = gs.access
+        # A caller under a policy sees the upstreams it may use a tool of, and their tools it may.
+        upstreams = self._gw.upstreams if access.everything else visible_upstreams(self._gw.upstreams, access)
         # An unknown resource, or a malformed range in its URI, raises: a JSON-RPC error.
         contents = res.read_resource(
-            str(params.uri), gs.session, self._gw.catalog, upstreams=self._gw.upstreams, secrets=self.secrets
+            str(params.uri), gs.session, self._gw.catalog_for(gs), upstreams=upstreams, secrets=self.secrets
         )
         return types.ReadResourceResult(contents=[contents], ttl_ms=0, cache_scope="private")
 
@@ -158,3 +163,27 @@ class ResourceHandlers:
                     f"subscription refused: this session has no span {span_id[:_SHOWN]!r} "
                     f"(its spans are listed at {res.SPAN_LIST})"
                 ) from None
+
+
+class _Visible:
+    """An upstream as a caller under a policy sees it in ``residency://upstreams``: the tools it
+    may use (so the count tells of no other) and no error text (it may name any tool)."""
+
+    def __init__(self, upstream: Upstream, access: Access) -> None:
+        self.kind = upstream.kind
+        self.status = upstream.status
+        self.protocol_version = upstream.protocol_version
+        self.starts = upstream.starts
+        self.last_error = ""
+        self.tools = [t for t in upstream.tools if access.allows(upstream.name, str(t.get("name")))]
+
+
+def visible_upstreams(upstreams: Mapping[str, Upstream], access: Access) -> dict[str, Upstream]:
+    """The upstreams ``access`` may use a tool of, as it may see them (see ``_Visible``)."""
+    shown: dict[str, Any] = {}
+    for name, upstream in upstreams.items():
+        visible = _Visible(upstream, access)
+        if visible.tools:
+            shown[name] = visible
+    return shown
+

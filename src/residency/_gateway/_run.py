@@ -448,10 +448,29 @@ def build_gateway(options: ServeOptions) -> Gateway:
     )
 
 
+async def reload_on_hangup(gateway: Gateway) -> None:
+    """Reload the tool policy on each SIGHUP until cancelled (``Gateway.reload_policy``); a
+    policy that does not load is refused with its error and the one in force keeps serving."""
+    if sys.platform == "win32":
+        return
+    with anyio.open_signal_receiver(signal.SIGHUP) as hangups:
+        async for _ in hangups:
+            try:
+                rules = await gateway.reload_policy()
+            except ConfigError as exc:
+                logger.error("policy reload refused, the policy in force keeps serving: %s", exc)
+                continue
+            logger.info(
+                "policy reloaded from %s: %d rules in force (other settings take effect at a restart)",
+                gateway.config.source,
+                rules,
+            )
+
+
 async def _run_gateway(options: ServeOptions) -> None:
     gateway = build_gateway(options)
     if options.transport == "stdio":
-        async with gateway:
+        async with gateway, _reloading(gateway):
             _say(startup_summary(gateway, options))
             await serve_stdio(gateway)
         return
@@ -463,7 +482,7 @@ async def _run_gateway(options: ServeOptions) -> None:
         _say(f"residency: serving MCP at {url}")
 
     with sock:
-        async with gateway:
+        async with gateway, _reloading(gateway):
             await serve_http(
                 gateway,
                 sock,
@@ -475,6 +494,15 @@ async def _run_gateway(options: ServeOptions) -> None:
                 limits=options.config.residency.http,
                 auth=options.auth,
             )
+
+
+@asynccontextmanager
+async def _reloading(gateway: Gateway) -> AsyncIterator[None]:
+    """SIGHUP reloads the gateway's policy while the body runs (``reload_on_hangup``)."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reload_on_hangup, gateway)
+        yield
+        tg.cancel_scope.cancel()
 
 
 async def serve_stdio(gateway: Gateway) -> None:

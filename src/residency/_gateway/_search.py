@@ -70,8 +70,11 @@ def catalog_index(catalog: Catalog) -> ToolIndex:
     """The search index of ``catalog``: built once (by its warm-up, or its first search), then kept
     with it; a search that arrives while the warm-up builds it waits for that build.
 
-    Two catalog objects with the same tools (a reload that changed nothing) share one index.
+    Two catalog objects with the same tools (a reload that changed nothing) share one index, and
+    a subset (one caller's part, ``Catalog.subset``) uses its source's: whoever searches it
+    filters the hits to its own tools.
     """
+    catalog = catalog.source
     with _lock:
         found = _by_catalog.get(catalog)
         if found is not None:

@@ -68,9 +68,17 @@ from residency._gateway import _meta_tools as meta
 from residency._gateway._aggregate import Catalog, build_catalog, check_server_names
 from residency._gateway._calls import CALL_META_KEY, PHASE_META_KEY, TOMBSTONE_NOTICE, ToolCalls
 from residency._gateway._config import MINIFY_LEVELS, GatewayConfig, Secrets
-from residency._gateway._connection import ListChangedServer, connection_of, is_modern, session_key
 from residency._gateway._gate import request_gate
+from residency._gateway._connection import (
+    ListChangedServer,
+    connection_of,
+    is_modern,
+    request_principal,
+    session_key,
+)
 from residency._gateway._listing import ToolListing
+from residency._gateway._policy import UNRESTRICTED, Access, Policy, caller_of
+from residency._gateway._policy_config import PolicySettings
 from residency._gateway._reads import ResourceHandlers
 from residency._gateway._search import (
     SearchStatus,
@@ -179,6 +187,8 @@ class Gateway:
         """Log lines and metrics (served at ``/metrics`` over HTTP)."""
         self.tracing = _tracing_for(self.config, self.telemetry, self.secrets)
         """OpenTelemetry spans and metrics (``residency.telemetry``), None when off."""
+        self.policy = Policy(settings.policy)
+        """Which tools each caller may see (``_policy``); ``set_policy`` replaces it."""
         self.default_session = default_session
         self._budget = settings.budget.budget()
         # What the planner gets when the host keeps every argument (the usual case).
@@ -462,9 +472,10 @@ class Gateway:
         """Rebuild the catalog from the upstreams' tools and bring every open session up to date."""
         self._rebuild_catalog()
         for gs in self._table:
-            before = gs.view(self.catalog)
+            mine = self.catalog_for(gs)
+            before = gs.view(mine)
             try:
-                gs.session.register_tools(self.catalog.definitions())
+                gs.session.register_tools(mine.definitions())
             except ResidencyError as exc:
                 # This session stays behind; its next call catches up (or is refused) in _forward.
                 logger.warning("session %s: %s", gs.key, printable(self.secrets.redact(str(exc))))
@@ -506,7 +517,7 @@ class Gateway:
         """The ``Session`` of a session key (opened or reopened from the store if needed)."""
         return self._session_for(key).session
 
-    def _session_for(self, key: str | None) -> GatewaySession:
+    def _session_for(self, key: str | None, access: Access = UNRESTRICTED) -> GatewaySession:
         if key is None:
             # An anonymous caller: a throwaway session of its own, never stored or shared.
             gs = GatewaySession(
@@ -515,10 +526,13 @@ class Gateway:
                 InMemorySubscriptionBus(),
                 self.config.residency.delivery,
             )
+            gs.access = access
             opened = True
         else:
-            gs, opened = self._table.get(key)
+            # A session is opened under one access: its key says which (``_policy``).
+            gs, opened = self._table.get(key + access.fingerprint)
             if opened:
+                gs.access = access
                 self.telemetry.set_sessions(len(self._table))
             if not isinstance(self.store, MemoryStore):
                 # Other replicas (or processes) may journal to this session too: act on the
@@ -543,7 +557,7 @@ class Gateway:
         for gs in list(self._table):
             if session_id and gs.session.session_id != session_id:
                 continue
-            before = gs.view(self.catalog)
+            before = gs.view(self.catalog_for(gs))
             try:
                 gs.session.catch_up()
             except ResidencyError as exc:
@@ -559,10 +573,11 @@ class Gateway:
         grown): every held session adopts what is new and tells its clients if its view moved.
         """
         for gs in list(self._table):
-            before = gs.view(self.catalog)
+            mine = self.catalog_for(gs)
+            before = gs.view(mine)
             try:
                 gs.session.catch_up()
-                gs.session.register_tools(self.catalog.definitions())  # adopts the scope's new chains
+                gs.session.register_tools(mine.definitions())  # adopts the scope's new chains
             except ResidencyError as exc:
                 # The next request of the session adopts them (or reports the failure) by itself.
                 logger.warning(
@@ -575,7 +590,7 @@ class Gateway:
 
     def _bring_up_to_date(self, gs: GatewaySession) -> None:
         s = gs.session
-        s.register_tools(self.catalog.definitions())
+        s.register_tools(self.catalog_for(gs).definitions())
         if s.turn == 0:
             # A new session: tools to the budget (by reference: its pinned tools only).
             s.plan_turn(self._turn_budget(gs), by_reference=gs.delivery.by_reference)
@@ -587,10 +602,52 @@ class Gateway:
             InvalidInput: a malformed session key.
             ResidencyError: the session cannot be opened (a store failure, the session limit).
         """
-        gs = self._session_for(session_key(ctx, self.default_session))
+        caller = caller_of(request_principal(ctx))
+        gs = self._session_for(session_key(ctx, self.default_session), self.policy.access(caller))
+        gs.caller = caller
         if not is_modern(ctx):
             gs.connections.add(connection_of(ctx))
         return gs
+
+    def catalog_for(self, gs: GatewaySession) -> Catalog:
+        """The catalog a session is built from: the part its caller may see (``_policy``). Every
+        path that names a tool for a session goes through this, and a denied tool is not in it."""
+        return gs.access.catalog(self.catalog)
+
+    async def set_policy(self, settings: PolicySettings | None) -> None:
+        """Apply another policy now: each caller's next request is decided by it. A held session
+        whose caller's access changed is told its tool list changed (its next request continues
+        in the session of its new access, see ``_policy``)."""
+        policy = Policy(settings)
+        self.policy = policy
+        for gs in list(self._table):
+            access = policy.access(gs.caller)
+            if access.fingerprint == gs.access.fingerprint:
+                gs.access = access  # the same tools: the session stays the caller's
+                continue
+            await self._listing.tell_list_changed(gs)
+
+    async def reload_policy(self) -> int:
+        """Read the config file again and apply its ``residency.policy`` (``set_policy``); the
+        file's other settings take effect at the next start. ``residency serve`` does this on
+        SIGHUP.
+
+        Returns:
+            The number of rules now in force.
+
+        Raises:
+            ConfigError: the gateway was not started from a file, or the file is unreadable or
+                invalid: nothing changes and the policy in force keeps serving.
+        """
+        from residency._gateway._config import load_config
+
+        source = self.config.source
+        if source == "<config>":
+            raise ConfigError("the gateway was not started from a config file: no policy to reload")
+        config = await anyio.to_thread.run_sync(load_config, source)
+        settings = config.residency.policy
+        await self.set_policy(settings)
+        return len(settings.rules) if settings is not None else 0
 
     def _turn_budget(self, gs: GatewaySession) -> Budget:
         return self._budget if gs.host_applies_evictions else self._schema_budget
@@ -619,6 +676,10 @@ class Gateway:
         return server
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        if self.policy.configured:
+            # Asked without the caller (``Mcp-Param`` header checks): under a policy, no tool's
+            # schema, so a refusal there tells no caller that a tool it may not see exists.
+            return None
         entry = self.catalog.get(name)
         if entry is not None:
             schema: Mapping[str, Any] | None = entry.definition.get("inputSchema")

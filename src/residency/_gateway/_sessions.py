@@ -51,6 +51,7 @@ from residency._errors import SessionLimitReached
 from residency._gateway._aggregate import Catalog
 from residency._gateway._delivery import Delivery, DeliveryState
 from residency._gateway._meta_tools import CHECK_CHAIN
+from residency._gateway._policy import ANYONE, UNRESTRICTED, Access, Caller
 from residency._runtime import Session
 from residency._store._memory import MemoryStore
 from residency._store._protocol import Store
@@ -197,6 +198,10 @@ class GatewaySession:
         self.delivery = DeliveryState.of(delivery)
         self.used = 0.0
         """When a request last opened it (the table's clock)."""
+        self.access: Access = UNRESTRICTED
+        """What its caller may see (``_policy``); fixed for its life: its key carries it."""
+        self.caller: Caller = ANYONE
+        """Who last used it, as the policy sees them (a policy reload decides again from it)."""
         # (revision, delivery), catalog, view: the last view made.
         self._view: tuple[tuple[int, tuple[bool, str | None]], Catalog, View] | None = None
         self._on_closed: Callable[[GatewaySession], None] | None = None
