@@ -81,8 +81,9 @@ EVERY_TOOL = frozenset(
 
 
 def vault(calls: list[str] | None = None) -> Server[Any]:
-    """The ``vault`` upstream: four tools, each answering with its own name (``calls`` collects
-    the names it is called by, so a test sees whether a call reached it)."""
+    """The ``vault`` upstream: four tools, each answering with its own name and the ``path`` it
+    was given (``calls`` collects the names it is called by, so a test sees whether a call
+    reached it)."""
     listed = [
         types.Tool(
             name=name,
@@ -102,7 +103,9 @@ def vault(calls: list[str] | None = None) -> Server[Any]:
             raise MCPError(code=types.INVALID_PARAMS, message="unknown tool")
         if calls is not None:
             calls.append(params.name)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=f"vault did {params.name}")])
+        path = (params.arguments or {}).get("path", "")
+        text = f"vault did {params.name} at {path}"
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
     return Server("vault", on_list_tools=list_tools, on_call_tool=call_tool)
 
@@ -173,6 +176,8 @@ def settings(policy: Mapping[str, Any] | None = None, **extra: Any) -> dict[str,
         "policy": dict(POLICY if policy is None else policy),
         "ready_wait": 60,
         "search_wait": 0,
+        # A read secret is kept as a span of its session: something another caller must not read.
+        "spans": {"tags": {"read_secret": ["constraint"]}},
         **extra,
     }
 
@@ -193,17 +198,21 @@ async def serve(
     replicas: int = 1,
     store: str | None = None,
     residency: Mapping[str, Any] | None = None,
+    auth: Mapping[str, Any] | None = None,
     wait: float = 60.0,
 ) -> AsyncIterator[World]:
     """One gateway (or ``replicas`` gateways on ``store``, e.g. one PostgreSQL URL) serving the
-    desk and the vault over HTTP, each behind the OAuth front; yields once all serve."""
+    desk and the vault over HTTP, each behind the OAuth front; yields once all serve.
+
+    ``auth``: the ``residency.auth`` section of another authorization server (a real one); None:
+    the made-up ``Issuer``'s, whose key set is served for the while."""
     issuer = Issuer()
     calls: list[str] = []
     async with AsyncExitStack() as stack:
-        jwks_uri = await stack.enter_async_context(issuer.serving())
-        auth = OAuthSettings.model_validate(
-            {"issuer": ISSUER, "resource": RESOURCE, "jwks_uri": jwks_uri, "scopes": [SCOPE]}
-        )
+        if auth is None:
+            jwks_uri = await stack.enter_async_context(issuer.serving())
+            auth = {"issuer": ISSUER, "resource": RESOURCE, "jwks_uri": jwks_uri, "scopes": [SCOPE]}
+        front = OAuthSettings.model_validate(auth)
         section = dict(residency if residency is not None else settings())
         if store is not None:
             section["store"] = store
@@ -218,7 +227,7 @@ async def serve(
             sock = bind("127.0.0.1", 0)
             ready = anyio.Event()
             tg.start_soon(
-                lambda g=gateway, s=sock, r=ready: serve_http(g, s, auth=auth, started=lambda _: r.set())
+                lambda g=gateway, s=sock, r=ready: serve_http(g, s, auth=front, started=lambda _: r.set())
             )
             with anyio.fail_after(wait):
                 await ready.wait()

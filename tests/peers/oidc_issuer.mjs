@@ -12,6 +12,8 @@
 // for that resource on behalf of the subject: `sub` is the subject token's, `aud` the resource,
 // `act.sub` and `client_id` the exchanging client.
 //
+// Access tokens carry a `groups` claim: alice is in `ops`, bob in `support` (the tool policy's tests).
+//
 // A control server drives what a test cannot ask a provider for:
 //   POST /rotate       a new RSA key signs from now on; the old ones stay published
 //   POST /retire       only the newest key stays published
@@ -37,6 +39,8 @@ const clients = ['alice', 'bob', 'opaque', 'gateway', 'shortlived'].map((id) => 
   response_types: [],
   scope: SCOPES,
 }));
+
+const GROUPS = { alice: ['ops'], bob: ['support'] };
 
 const realNow = Date.now;
 let offsetMs = 0;
@@ -112,6 +116,7 @@ function build(issuer) {
     clients,
     jwks: { keys },
     scopes: ['openid', ...SCOPES.split(' ')],
+    extraTokenClaims: (ctx, token) => ({ groups: GROUPS[token.clientId] || [] }),
     features: {
       devInteractions: { enabled: false },
       clientCredentials: { enabled: true },
