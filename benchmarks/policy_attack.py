@@ -277,7 +277,7 @@ class Attack:
         return [
             jwt.encode(claims, self.other_key, algorithm="RS256", headers={"kid": issuer.kid}),
             jwt.encode(claims, self.other_key, algorithm="RS256"),
-            f"{jwt.encode(claims, None, algorithm='none')}",
+            f"{jwt.encode(claims, '', algorithm='none')}",
             f"{head}.{victims_body}.{signature}",  # the victim's claims, the attacker's signature
             f"{head}.{jwt.utils.base64url_encode(json.dumps({**claims, 'sub': attacker}).encode()).decode()}.{signature}",
             issuer.token(attacker, exp=now - 3600, iat=now - 7200),
@@ -334,10 +334,10 @@ async def measure(tries: int, *, replicas: int = 1, store: str | None = None) ->
             clients: dict[tuple[str, str | None], Client] = {}
             async with AsyncExitStack() as stack:
                 for attacker in attackers:
-                    for victim in (None, *VICTIMS):
-                        key = None if victim is None else attack.victims[victim].key
+                    for whose in (None, *VICTIMS):
+                        key = None if whose is None else attack.victims[whose].key
                         url = world.urls[len(clients) % len(world.urls)]
-                        clients[(attacker, victim)] = await stack.enter_async_context(
+                        clients[(attacker, whose)] = await stack.enter_async_context(
                             client(url, world.issuer.token(attacker), session=key)
                         )
                 for n in range(tries):

@@ -12,6 +12,7 @@ written out by hand, so a test compares the gateway with them, not with itself.
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -226,14 +227,16 @@ async def serve(
             await stack.enter_async_context(gateway)
             sock = bind("127.0.0.1", 0)
             ready = anyio.Event()
-            tg.start_soon(
-                lambda g=gateway, s=sock, r=ready: serve_http(g, s, auth=front, started=lambda _: r.set())
-            )
+            tg.start_soon(_serve_one, gateway, sock, front, ready)
             with anyio.fail_after(wait):
                 await ready.wait()
             gateways.append(gateway)
             urls.append(f"http://127.0.0.1:{sock.getsockname()[1]}/mcp")
         yield World(issuer, gateways, urls, calls)
+
+
+async def _serve_one(gateway: Gateway, sock: socket.socket, front: OAuthSettings, ready: anyio.Event) -> None:
+    await serve_http(gateway, sock, auth=front, started=lambda _: ready.set())
 
 
 @asynccontextmanager

@@ -135,7 +135,8 @@ async def outcome(c: Client, name: str, arguments: dict[str, Any] | None = None)
         result = await c.call_tool(name, arguments or {})
     except MCPError as exc:
         return {"error": type(exc).__name__, "code": exc.error.code, "message": exc.error.message}
-    return json.loads(result.model_dump_json(by_alias=True, exclude_none=True))
+    data: dict[str, Any] = json.loads(result.model_dump_json(by_alias=True, exclude_none=True))
+    return data
 
 
 def same_shape(a: Mapping[str, Any], b: Mapping[str, Any], a_name: str, b_name: str) -> bool:
@@ -277,3 +278,22 @@ async def test_a_reloaded_policy_applies_at_once_and_a_bad_one_is_refused(tmp_pa
             await gateway.reload_policy()
         names = await listed(c)
         assert "page_oncall" not in names and "get_incident" in names
+
+
+# -- the team example ------------------------------------------------------------------------------------
+
+
+def test_the_team_example_loads_and_gives_each_group_its_tools() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "team" / "residency.json"
+    loaded = parse_config(path.read_text(encoding="utf-8"), source=str(path), environ={"GITHUB_TOKEN": "t"})
+    assert loaded.residency.auth is not None and loaded.residency.auth.groups_claim == "groups"
+    team = Policy(loaded.residency.policy)
+    sre = team.access(Caller("sam", frozenset({"sre"})))
+    support = team.access(Caller("sue", frozenset({"support"})))
+    guest = team.access(Caller("gus"))
+    tools = [("desk", "close_incident"), ("desk", "get_incident"), ("github", "create_issue"),
+             ("github", "delete_repo"), ("desk", "create_incident"), ("github", "search_issues")]
+    assert [sre.allows(*t) for t in tools] == [True, True, True, False, True, True]
+    assert [support.allows(*t) for t in tools] == [False, True, False, False, True, True]
+    assert [guest.allows(*t) for t in tools] == [False, True, False, False, False, False]
+    assert team.access(ANYONE) is guest  # no identity: the default rules, as for a caller in no group

@@ -98,7 +98,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Serve the tools of the upstream MCP servers in a config file (the standard "
         "'mcpServers' shape, plus an optional 'residency' section) through one MCP endpoint that "
-        "keeps schemas and call arguments consistent. With no --config, serves a demo incident desk."
+        "keeps schemas and call arguments consistent. With no --config, serves a demo incident desk. "
+        "SIGHUP reloads the config file's residency.policy (which tools each caller may see)."
     )
     p.add_argument("--config", metavar="FILE", help="JSON config with 'mcpServers' (default: the demo desk)")
     p.add_argument(

@@ -448,12 +448,17 @@ def build_gateway(options: ServeOptions) -> Gateway:
     )
 
 
-async def reload_on_hangup(gateway: Gateway) -> None:
+async def reload_on_hangup(
+    gateway: Gateway, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
     """Reload the tool policy on each SIGHUP until cancelled (``Gateway.reload_policy``); a
-    policy that does not load is refused with its error and the one in force keeps serving."""
+    policy that does not load is refused with its error and the one in force keeps serving.
+    Started once SIGHUP is received here (until then it would end the process)."""
     if sys.platform == "win32":
+        task_status.started()
         return
     with anyio.open_signal_receiver(signal.SIGHUP) as hangups:
+        task_status.started()
         async for _ in hangups:
             try:
                 rules = await gateway.reload_policy()
@@ -500,7 +505,7 @@ async def _run_gateway(options: ServeOptions) -> None:
 async def _reloading(gateway: Gateway) -> AsyncIterator[None]:
     """SIGHUP reloads the gateway's policy while the body runs (``reload_on_hangup``)."""
     async with anyio.create_task_group() as tg:
-        tg.start_soon(reload_on_hangup, gateway)
+        await tg.start(reload_on_hangup, gateway)
         yield
         tg.cancel_scope.cancel()
 
