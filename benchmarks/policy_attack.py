@@ -126,7 +126,8 @@ class Figures:
 
     def summary(self) -> str:
         return (
-            f"{self.tries} tries ({self.requests} requests, {self.replicas} replica(s)) in {self.seconds:.0f} s: "
+            f"{self.tries} tries ({self.requests} requests, {self.replicas} replica(s)) "
+            f"in {self.seconds:.0f} s: "
             f"cross-identity reads {self.cross_reads}, writes {self.cross_writes}, denied tools revealed "
             f"{self.denied_revealed}, forged tokens accepted {self.tokens_accepted} "
             f"({'met' if self.met else 'MISSED'})"
@@ -135,7 +136,9 @@ class Figures:
 
 def _dump(value: Any) -> str:
     if isinstance(value, MCPError):
-        return json.dumps({"error": type(value).__name__, "code": value.error.code, "message": value.error.message})
+        return json.dumps(
+            {"error": type(value).__name__, "code": value.error.code, "message": value.error.message}
+        )
     if hasattr(value, "model_dump"):
         return json.dumps(value.model_dump(mode="json", by_alias=True, exclude_none=True))
     return json.dumps(value)
@@ -226,7 +229,12 @@ class Attack:
         for uri in (*RESOURCES, f"residency://spans/{victim.span}"):
             body = await _read(c, uri, meta)
             self.check(attacker, f"read {uri} with {victim.user}'s key in the {where}", body)
-            if uri.endswith(victim.span) and "no span" not in body and "NotFound" not in body and '"code"' not in body:
+            if (
+                uri.endswith(victim.span)
+                and "no span" not in body
+                and "NotFound" not in body
+                and '"code"' not in body
+            ):
                 self.figures.cross_reads += 1
                 self.figures.findings.append(f"{attacker} read {victim.user}'s span: {body[:200]}")
         body = await _call(c, "get_incident", {"id": "INC-7"}, meta)
@@ -250,19 +258,25 @@ class Attack:
         ][n % 8]
         meta = _meta(forged)
         self.check(attacker, f"_meta {forged!r}", await _read(base, "residency://events", meta))
-        self.check(attacker, f"_meta {forged!r} span", await _read(base, f"residency://spans/{victim.span}", meta))
+        self.check(
+            attacker, f"_meta {forged!r} span", await _read(base, f"residency://spans/{victim.span}", meta)
+        )
         if not forged.isascii() or forged != forged.strip():
             return  # not a header value a client can send (the _meta above carried it)
         async with client(self.url(), self.world.issuer.token(attacker), session=forged) as c:
             for uri in RESOURCES[:3]:
                 self.check(attacker, f"read {uri} with forged key {forged!r}", await _read(c, uri))
-            self.check(attacker, f"read the span with {forged!r}", await _read(c, f"residency://spans/{victim.span}"))
+            self.check(
+                attacker, f"read the span with {forged!r}", await _read(c, f"residency://spans/{victim.span}")
+            )
 
     def forged_tokens(self, attacker: str, victim: Victim) -> list[str]:
         issuer = self.world.issuer
         good = issuer.token(attacker)
-        head, body, signature = good.split(".")
+        head, _, signature = good.split(".")
         victims_body = issuer.token(victim.user).split(".")[1]
+        raise_to = {"iss": ISSUER, "aud": RESOURCE, "sub": attacker, "groups": ["ops", "support"]}
+        edited = jwt.utils.base64url_encode(json.dumps(raise_to).encode()).decode()
         now = int(time.time())
         claims = {
             "iss": ISSUER,
@@ -279,7 +293,7 @@ class Attack:
             jwt.encode(claims, self.other_key, algorithm="RS256"),
             f"{jwt.encode(claims, '', algorithm='none')}",
             f"{head}.{victims_body}.{signature}",  # the victim's claims, the attacker's signature
-            f"{head}.{jwt.utils.base64url_encode(json.dumps({**claims, 'sub': attacker}).encode()).decode()}.{signature}",
+            f"{head}.{edited}.{signature}",  # the attacker's own token, its claims edited
             issuer.token(attacker, exp=now - 3600, iat=now - 7200),
             issuer.token(attacker, aud="https://elsewhere.example.com/mcp"),
             issuer.token(attacker, iss="https://evil.example.com"),
@@ -346,7 +360,9 @@ async def measure(tries: int, *, replicas: int = 1, store: str | None = None) ->
                     others = [v for v in VICTIMS if v != attacker]
                     victim = attack.victims[others[n % len(others)]]
                     if kind == "swapped_key_header":
-                        await attack.swapped_key(clients[(attacker, victim.user)], attacker, victim, header=True)
+                        await attack.swapped_key(
+                            clients[(attacker, victim.user)], attacker, victim, header=True
+                        )
                     elif kind == "swapped_key_meta":
                         await attack.swapped_key(clients[(attacker, None)], attacker, victim, header=False)
                     elif kind == "forged_key":

@@ -33,7 +33,6 @@ from mcp.server.lowlevel import Server
 from residency._gateway import Gateway, IncidentDesk, parse_config
 from residency._gateway._http import bind, serve_http
 from residency._gateway._oauth_config import OAuthSettings
-from residency._store._protocol import Store
 
 ISSUER = "https://idp.example.com"
 RESOURCE = "http://127.0.0.1/mcp"  # every replica is this one resource (behind one name)
@@ -223,7 +222,9 @@ async def serve(
         stack.callback(tg.cancel_scope.cancel)
         for _ in range(replicas):
             text = json.dumps({"mcpServers": {}, "residency": section})
-            gateway = Gateway(parse_config(text), upstreams={"desk": IncidentDesk().server, "vault": vault(calls)})
+            gateway = Gateway(
+                parse_config(text), upstreams={"desk": IncidentDesk().server, "vault": vault(calls)}
+            )
             await stack.enter_async_context(gateway)
             sock = bind("127.0.0.1", 0)
             ready = anyio.Event()

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import mcp_types as types
 import pytest
-import httpx2
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
@@ -190,24 +190,33 @@ async def test_search_never_finds_a_denied_tool_but_finds_an_allowed_one() -> No
     small = settings(budget={"schema_tokens": 300})
     async with serve(residency=small) as world:
         async with client(world.urls[0], world.issuer.token("bob")) as c:
-            for query in ("delete a secret from the vault", "rotate the key", "page the on-call", "close incident"):
-                body = json.dumps((await outcome(c, "search_tools", {"query": query, "limit": 50})))
+            for query in (
+                "delete a secret from the vault",
+                "rotate the key",
+                "page the on-call",
+                "close incident",
+            ):
+                body = json.dumps(await outcome(c, "search_tools", {"query": query, "limit": 50}))
                 assert not leaked(body, "bob"), (query, body)
         async with client(world.urls[0], world.issuer.token("alice")) as c:
-            body = json.dumps(await outcome(c, "search_tools", {"query": "rotate the vault key", "limit": 50}))
+            body = json.dumps(
+                await outcome(c, "search_tools", {"query": "rotate the vault key", "limit": 50})
+            )
             assert "rotate_key" in body and "delete_secret" not in body
 
 
 async def test_no_resource_names_a_denied_tool_and_upstreams_shows_only_what_is_usable() -> None:
-    async with serve(residency=settings(budget={"schema_tokens": 300})) as world:
-        async with client(world.urls[0], world.issuer.token("bob")) as c:
-            await c.call_tool("get_incident", {"id": "INC-7"})
-            await c.call_tool("search_tools", {"query": "secret"})
-            for uri in RESOURCES:
-                body = json.dumps((await c.read_resource(uri)).model_dump(mode="json"))
-                assert not leaked(body, "bob"), (uri, body)
-            upstreams = json.loads((await c.read_resource("residency://upstreams")).contents[0].text)  # type: ignore[union-attr]
-            assert [(u["name"], u["tools"]) for u in upstreams] == [("desk", 12)]
+    async with (
+        serve(residency=settings(budget={"schema_tokens": 300})) as world,
+        client(world.urls[0], world.issuer.token("bob")) as c,
+    ):
+        await c.call_tool("get_incident", {"id": "INC-7"})
+        await c.call_tool("search_tools", {"query": "secret"})
+        for uri in RESOURCES:
+            body = json.dumps((await c.read_resource(uri)).model_dump(mode="json"))
+            assert not leaked(body, "bob"), (uri, body)
+        upstreams = json.loads((await c.read_resource("residency://upstreams")).contents[0].text)  # type: ignore[union-attr]
+        assert [(u["name"], u["tools"]) for u in upstreams] == [("desk", 12)]
 
 
 async def test_another_users_session_key_reaches_nothing_of_theirs() -> None:
@@ -241,7 +250,9 @@ async def test_a_static_token_caller_gets_the_default_rule() -> None:
             Client(streamable_http_client(url, http_client=http)) as c,
         ):
             names = await listed(c)
-    assert names & EVERY_TOOL == EVERY_TOOL - frozenset({"read_secret", "list_secrets", "delete_secret", "rotate_key"})
+    assert names & EVERY_TOOL == EVERY_TOOL - frozenset(
+        {"read_secret", "list_secrets", "delete_secret", "rotate_key"}
+    )
 
 
 # -- reloading -------------------------------------------------------------------------------------------
@@ -273,7 +284,9 @@ async def test_a_reloaded_policy_applies_at_once_and_a_bad_one_is_refused(tmp_pa
         unknown = await outcome(c, "no_such_tool", {})
         assert same_shape(call, unknown, "page_oncall", "no_such_tool")
         # A bad policy: refused, with the reason, and the one in force keeps serving.
-        path.write_text(json.dumps({"mcpServers": {}, "residency": {"policy": {"rules": [{"allow": ["oops"]}]}}}))
+        path.write_text(
+            json.dumps({"mcpServers": {}, "residency": {"policy": {"rules": [{"allow": ["oops"]}]}}})
+        )
         with pytest.raises(ConfigError, match="server/tool"):
             await gateway.reload_policy()
         names = await listed(c)
@@ -291,8 +304,14 @@ def test_the_team_example_loads_and_gives_each_group_its_tools() -> None:
     sre = team.access(Caller("sam", frozenset({"sre"})))
     support = team.access(Caller("sue", frozenset({"support"})))
     guest = team.access(Caller("gus"))
-    tools = [("desk", "close_incident"), ("desk", "get_incident"), ("github", "create_issue"),
-             ("github", "delete_repo"), ("desk", "create_incident"), ("github", "search_issues")]
+    tools = [
+        ("desk", "close_incident"),
+        ("desk", "get_incident"),
+        ("github", "create_issue"),
+        ("github", "delete_repo"),
+        ("desk", "create_incident"),
+        ("github", "search_issues"),
+    ]
     assert [sre.allows(*t) for t in tools] == [True, True, True, False, True, True]
     assert [support.allows(*t) for t in tools] == [False, True, False, False, True, True]
     assert [guest.allows(*t) for t in tools] == [False, True, False, False, False, False]

@@ -54,7 +54,9 @@ async def read(c: Client, uri: str, key: str | None = None) -> str:
     return json.dumps(result.model_dump(mode="json"))
 
 
-async def test_the_providers_tokens_carry_each_users_groups_and_the_policy_follows_them(issuer: Issuer) -> None:
+async def test_the_providers_tokens_carry_each_users_groups_and_the_policy_follows_them(
+    issuer: Issuer,
+) -> None:
     alice = await token(issuer.url, issuer, "alice", RESOURCE)
     bob = await token(issuer.url, issuer, "bob", RESOURCE)
     assert _segments(alice)[1]["groups"] == ["ops"] and _segments(bob)[1]["groups"] == ["support"]

@@ -275,7 +275,9 @@ class ToolCalls:
             ArgumentsInvalid: bad input (``tool`` is ``call_tool``); nothing has been applied.
         """
         name, inner = meta.call_tool_target(arguments)
-        if self._gw.catalog_for(gs).get(name) is None and not _known(gs.session, name) and not self._upstreams_down():
+        unknown = self._gw.catalog_for(gs).get(name) is None and not _known(gs.session, name)
+        if unknown and not self._upstreams_down():
+            self._gw.note_denied(gs, name)
             raise ArgumentsInvalid(
                 f"invalid arguments at $.name: no tool named {name!r}. Find one with "
                 f"{meta.SEARCH_TOOLS}, then call it through {meta.CALL_TOOL} with the name it gives.",
@@ -341,6 +343,7 @@ class ToolCalls:
         if entry is None:
             down = self._upstreams_down()
             if name not in s.tools():
+                gw.note_denied(gs, name)
                 if down:
                     raise self._down_failure(name, down)  # it may be one of theirs: say so
                 raise NotFound(f"unknown tool {name!r}: use {meta.SEARCH_TOOLS} to find tools", tool=name)

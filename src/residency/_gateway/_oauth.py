@@ -252,9 +252,7 @@ class TokenValidator:
         if not key.Algorithm.verify(signed, key.key, signature):
             raise TokenRefused("invalid_token", "the token's signature is invalid")
         self._check_claims(claims, self._wallclock())
-        principal = _principal(
-            claims, self.settings.issuer, self.settings.scopes, self.settings.groups_claim
-        )
+        principal = _principal(claims, self.settings.issuer, self.settings.scopes, self.settings.groups_claim)
         self._verified[digest] = (principal, kid, alg, key, claims["exp"])
         while len(self._verified) > self._remember:
             self._verified.popitem(last=False)

@@ -186,4 +186,3 @@ def visible_upstreams(upstreams: Mapping[str, Upstream], access: Access) -> dict
         if visible.tools:
             shown[name] = visible
     return shown
-

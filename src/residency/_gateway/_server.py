@@ -614,6 +614,17 @@ class Gateway:
         path that names a tool for a session goes through this, and a denied tool is not in it."""
         return gs.access.catalog(self.catalog)
 
+    def note_denied(self, gs: GatewaySession, name: str) -> None:
+        """A call named a tool unknown to the session: if the policy hides it from the session's
+        caller, the operator's log says so (the caller was answered as for an unknown tool)."""
+        if gs.access.everything or name not in self.catalog:
+            return
+        logger.info(
+            "policy: session %s called %s, a tool its caller may not see; answered as an unknown tool",
+            gs.key,
+            printable(name, limit=NAME_SHOWN),
+        )
+
     async def set_policy(self, settings: PolicySettings | None) -> None:
         """Apply another policy now: each caller's next request is decided by it. A held session
         whose caller's access changed is told its tool list changed (its next request continues
