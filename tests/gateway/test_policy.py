@@ -316,3 +316,26 @@ def test_the_team_example_loads_and_gives_each_group_its_tools() -> None:
     assert [support.allows(*t) for t in tools] == [False, True, False, False, True, True]
     assert [guest.allows(*t) for t in tools] == [False, True, False, False, False, False]
     assert team.access(ANYONE) is guest  # no identity: the default rules, as for a caller in no group
+
+
+async def test_a_denied_call_is_audited_denied_while_its_caller_sees_an_unknown_tool(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    section = {**settings(), "policy": {"rules": [{"allow": ["desk/*"], "deny": ["desk/page_oncall"]}]}}
+    section["audit"] = {"path": str(log)}
+    gateway = Gateway(
+        parse_config(json.dumps({"mcpServers": {}, "residency": section})),
+        upstreams={"desk": IncidentDesk().server},
+    )
+    async with gateway, Client(gateway.server, mode="legacy") as c:
+        denied, unknown = await outcome(c, "page_oncall"), await outcome(c, "no_such_tool")
+        assert same_shape(denied, unknown, "page_oncall", "no_such_tool")
+        via = await outcome(c, "call_tool", {"name": "page_oncall", "arguments": {}})
+        assert "page_oncall" in json.dumps(via)  # the caller's own words, answered as unknown
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    calls = [(line["tool"], line["decision"], line["code"]) for line in lines if line["tool"]]
+    assert calls == [
+        ("page_oncall", "denied", "tool_denied"),
+        ("no_such_tool", "refused", calls[1][2]),
+        ("page_oncall", "denied", "tool_denied"),
+    ]
+    assert calls[1][2] != "tool_denied"

@@ -312,6 +312,9 @@ class ToolCalls:
             # their view moves. (With PostgreSQL the store's notice does this on every replica,
             # this one included; other processes on a SQLite file adopt it at their next request.)
             await self._gw._archive_grew("")
+        if name == meta.REEXPAND_TOOLS:
+            for error in (result.structured_content or {}).get("errors", ()):
+                self._gw.note_denied(gs, str(error.get("name")))
         if name == meta.REEXPAND_TOOLS and not result.is_error:
             names = [t["name"] for t in (result.structured_content or {}).get("tools", ())]
             self._gw.telemetry.reexpanded(gs.key, names, implicit=False)

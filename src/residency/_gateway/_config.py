@@ -44,8 +44,8 @@ from residency._gateway._credentials_config import CredentialsSettings
 from residency._gateway._http_limits import HTTPSettings
 from residency._gateway._oauth_config import OAuthSettings
 from residency._gateway._otel_config import TelemetrySettings
-from residency._gateway._rate_limit import RateLimitSettings
 from residency._gateway._policy_config import PolicySettings
+from residency._gateway._rate_limit import RateLimitSettings
 from residency._gateway._revoke import REF_PLACEHOLDER, command_revoker
 
 __all__ = [

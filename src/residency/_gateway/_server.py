@@ -66,9 +66,9 @@ from residency._core._tools import JSONObject
 from residency._errors import ConfigError, ResidencyError, SessionConflict, UpstreamFailure
 from residency._gateway import _meta_tools as meta
 from residency._gateway._aggregate import Catalog, build_catalog, check_server_names
+from residency._gateway._audit import note_denied
 from residency._gateway._calls import CALL_META_KEY, PHASE_META_KEY, TOMBSTONE_NOTICE, ToolCalls
 from residency._gateway._config import MINIFY_LEVELS, GatewayConfig, Secrets
-from residency._gateway._gate import request_gate
 from residency._gateway._connection import (
     ListChangedServer,
     connection_of,
@@ -76,6 +76,7 @@ from residency._gateway._connection import (
     request_principal,
     session_key,
 )
+from residency._gateway._gate import request_gate
 from residency._gateway._listing import ToolListing
 from residency._gateway._policy import UNRESTRICTED, Access, Policy, caller_of
 from residency._gateway._policy_config import PolicySettings
@@ -619,6 +620,7 @@ class Gateway:
         caller, the operator's log says so (the caller was answered as for an unknown tool)."""
         if gs.access.everything or name not in self.catalog:
             return
+        note_denied()  # the audit line says denied; the caller was answered as for an unknown tool
         logger.info(
             "policy: session %s called %s, a tool its caller may not see; answered as an unknown tool",
             gs.key,
