@@ -98,6 +98,7 @@ RULES: tuple[Rule, ...] = (
     Rule(domain.StoreConflict, "store_conflict", False, types.INTERNAL_ERROR),
     Rule(domain.StoreUnavailable, "store_unavailable", False, types.INTERNAL_ERROR),
     Rule(domain.StoreError, "store_error", False, types.INTERNAL_ERROR),
+    Rule(domain.LocalModelUnavailable, "local_model_unavailable", False, types.INTERNAL_ERROR),
     Rule(domain.ResidencyError, "residency_error", False, types.INTERNAL_ERROR),
 )
 
