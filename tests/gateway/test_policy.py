@@ -331,11 +331,15 @@ async def test_a_denied_call_is_audited_denied_while_its_caller_sees_an_unknown_
         assert same_shape(denied, unknown, "page_oncall", "no_such_tool")
         via = await outcome(c, "call_tool", {"name": "page_oncall", "arguments": {}})
         assert "page_oncall" in json.dumps(via)  # the caller's own words, answered as unknown
+        await outcome(c, "reexpand_tools", {"names": ["page_oncall"]})
+        await outcome(c, "reexpand_tools", {"names": ["no_such_tool"]})
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     calls = [(line["tool"], line["decision"], line["code"]) for line in lines if line["tool"]]
     assert calls == [
         ("page_oncall", "denied", "tool_denied"),
         ("no_such_tool", "refused", calls[1][2]),
         ("page_oncall", "denied", "tool_denied"),
+        ("reexpand_tools", "denied", "tool_denied"),
+        ("reexpand_tools", "reexpanded", calls[4][2]),
     ]
     assert calls[1][2] != "tool_denied"

@@ -24,7 +24,8 @@ takes a call token when ``calls_per_minute`` is set. ``tools/list``, ``tools/cal
 How a ``tools/call`` answer is told apart: a call the session admitted carries its call id in
 ``_meta["residency/call"]`` (``_calls``) and is ``forwarded``; an ``isError`` result without it,
 or a JSON-RPC error, is ``refused`` (``denied`` when its reason is a policy's, see
-``_audit.DENIED_REASONS``, or when the handler called ``_audit.note_denied``), with the reason
+``_audit.DENIED_REASONS``, or when the handler called ``_audit.note_denied``; a ``reexpand_tools``
+that named a hidden tool is ``denied`` too), with the reason
 of ``_meta["residency/error"]`` as its code.
 """
 
@@ -58,6 +59,10 @@ UNGATED = frozenset({"initialize", "ping", "server/discover"})
 """Methods neither limited nor audited."""
 
 _AUDITED = frozenset({"tools/list", "tools/call", "resources/read"})
+
+_DENIABLE: frozenset[Decision] = frozenset({"refused", "reexpanded"})
+"""Decisions a handler's ``note_denied`` turns into ``denied``: a refused call, and a
+``reexpand_tools`` that named a tool the caller's policy hides (its answer says "no tool named")."""
 _META_DECISIONS: dict[str, Decision] = {
     meta.SEARCH_TOOLS: "searched",
     meta.REEXPAND_TOOLS: "reexpanded",
@@ -166,7 +171,7 @@ class RequestGate:
             reason = data.get("reason") if isinstance(data, dict) else None
             code = reason if isinstance(reason, str) else str(exc.error.code)
             decision = _failed(method, tool, code)
-            if note.denied is not None and decision == "refused":
+            if note.denied is not None and decision in _DENIABLE:
                 decision, code = "denied", note.denied
             self._record(ctx, caller, decision, tool, "error", code, arguments=arguments)
             raise
@@ -184,7 +189,7 @@ class RequestGate:
         finally:
             PENDING.reset(noting)
         decision, outcome, answer_code = _answered(method, tool, result)
-        if note.denied is not None and decision == "refused":
+        if note.denied is not None and decision in _DENIABLE:
             decision, answer_code = "denied", note.denied
         resource = params.get("uri") if method == "resources/read" else None
         self._record(
