@@ -97,8 +97,11 @@ def _busy_session(store: Any, session_id: str) -> Session:
 
 
 def _kill_connections(admin: Any, application: str) -> int:
+    # Waits (up to 30 s) until each killed server process has exited, as tests/postgres.py's
+    # ``terminate`` does: a connection whose process is still dying passes the pool's check, then
+    # fails mid-request, which is another test's subject.
     rows = admin.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s "
+        "SELECT pg_terminate_backend(pid, 30000) FROM pg_stat_activity WHERE application_name = %s "
         "AND pid <> pg_backend_pid()",
         (application,),
     ).fetchall()
