@@ -36,7 +36,6 @@ import platform
 import statistics
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -88,24 +87,8 @@ def _messages(earlier_output: str) -> list[dict[str, Any]]:
     ]
 
 
-def _ask(model: LocalModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> Any:
-    body = {
-        "model": model.name,
-        "messages": messages,
-        "tools": tools,
-        "seed": seed,
-        "temperature": 0.8,
-        "max_tokens": 96,
-        "parallel_tool_calls": False,
-        "stop": model.stop,
-    }
-    request = urllib.request.Request(
-        f"{model.base_url}/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=PROBE_BOUND) as answer:
-        return json.load(answer)
+def _chat(model: LocalModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> Any:
+    return model.chat(messages, tools, seed=seed, timeout=PROBE_BOUND)
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -139,7 +122,7 @@ async def _probe(model: LocalModel, seed: int) -> dict[str, Any]:
 
         started = time.perf_counter()
         answer = await anyio.to_thread.run_sync(
-            _ask, model, _messages(_text(earlier)), _openai_tools(cached), seed
+            _chat, model, _messages(_text(earlier)), _openai_tools(cached), seed
         )
         model_s = time.perf_counter() - started
         message = answer["choices"][0]["message"]

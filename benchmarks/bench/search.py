@@ -106,7 +106,9 @@ def _parts(value: str) -> tuple[str, ...]:
     picked = tuple(p.strip() for p in value.split(",") if p.strip())
     unknown = sorted(set(picked) - set(PARTS))
     if unknown or not picked:
-        raise argparse.ArgumentTypeError(f"unknown part {', '.join(unknown) or value!r}: pick from {', '.join(PARTS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown part {', '.join(unknown) or value!r}: pick from {', '.join(PARTS)}"
+        )
     return picked
 
 
@@ -619,7 +621,6 @@ def _run(args: argparse.Namespace) -> BenchReport:
     queries = sampled(load_queries(args.queries or default_queries()), sample)
     catalog = corpus_catalog(servers)
     names = label_names(catalog)
-    texts = [q.text for q in queries]
     semantic = not args.no_semantic and default_embedder() is not None
     data: dict[str, Any] = {"tools": len(catalog), "queries": len(queries), "semantic_model": semantic}
     if parts != PARTS or sample > 1:

@@ -33,15 +33,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import selectors
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from residency._errors import LocalModelUnavailable as _Unavailable
 
@@ -125,6 +129,43 @@ class LocalModel:
     def name(self) -> str:
         """The model name to send in requests (the server serves one model, whatever it is called)."""
         return "gemma-3-270m"
+
+    def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        seed: int | None = None,
+        temperature: float = 0.8,
+        max_tokens: int = 96,
+        timeout: float = 600,
+    ) -> Any:
+        """One OpenAI chat-completions request with ``tools``, one call at most; the decoded answer.
+
+        Blocking (run it in a worker thread from async code). Raises
+        :class:`~residency.LocalModelUnavailable` when the server answers with an HTTP error.
+        """
+        body = {
+            "model": self.name,
+            "messages": messages,
+            "tools": tools,
+            "seed": self.seed if seed is None else seed,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "parallel_tool_calls": False,
+            "stop": self.stop,
+        }
+        request = urllib.request.Request(
+            f"{self.base_url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as answer:
+                return json.load(answer)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:300]
+            raise _Unavailable(f"the local model server answered {exc.code}: {detail}") from None
 
 
 def _require(module: str, package: str) -> None:

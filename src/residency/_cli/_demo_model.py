@@ -14,6 +14,7 @@ the gateway refuses it. A run where the model calls something else shows that to
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -55,33 +56,6 @@ def _object(raw: str) -> dict[str, Any] | None:
     except json.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _ask(model: LocalModel, messages: list[dict[str, Any]], tools: list[dict[str, Any]], seed: int) -> Any:
-    import urllib.error
-    import urllib.request
-
-    body = {
-        "model": model.name,
-        "messages": messages,
-        "tools": tools,
-        "seed": seed,
-        "temperature": 0.8,
-        "max_tokens": 96,
-        "parallel_tool_calls": False,
-        "stop": model.stop,
-    }
-    request = urllib.request.Request(
-        f"{model.base_url}/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=600) as answer:
-            return json.load(answer)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", "replace")[:300]
-        raise LocalModelUnavailable(f"the local model server answered {exc.code}: {detail}") from None
 
 
 async def _play(model: LocalModel, turns: int, seed: int, console: Console) -> None:
@@ -142,7 +116,9 @@ async def _play(model: LocalModel, turns: int, seed: int, console: Console) -> N
         console.print("\n[bold]The local model decides the next turns[/bold]")
         for turn in range(turns):
             try:
-                answer = await anyio.to_thread.run_sync(_ask, model, messages, tools, seed + turn)
+                answer = await anyio.to_thread.run_sync(
+                    functools.partial(model.chat, messages, tools, seed=seed + turn)
+                )
             except LocalModelUnavailable as exc:
                 console.print(f"[red]{exc}[/red]")
                 break

@@ -14,7 +14,7 @@ import contextlib
 import os
 import sys
 
-from residency._core._minify import MINIFY_ALIASES, MINIFY_LEVELS
+from residency._cli._view import add_served_arguments, add_store_argument
 from residency._errors import ConfigError, ResidencyError
 from residency._text import printable
 
@@ -28,12 +28,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "spans, the chain archive and token plots, in a browser at /ui/. Nothing in the store is "
         "changed. Exit codes: 0 stopped, 2 bad usage or a missing or unreadable store or config."
     )
-    p.add_argument(
-        "--store",
-        required=True,
-        metavar="URL",
-        help="sqlite:///path.db (or a path to a .db file) or postgresql://...",
-    )
+    add_store_argument(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port to bind (default {DEFAULT_PORT}; 0: a free one)"
@@ -50,16 +45,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="another Host name browsers may use (repeatable), e.g. a DNS name",
     )
-    p.add_argument(
-        "--config",
-        metavar="FILE",
-        help="the gateway's config, for its minify level, delivery and pins (default: the demo's policy)",
-    )
-    p.add_argument(
-        "--minify",
-        choices=(*MINIFY_LEVELS, *MINIFY_ALIASES),
-        help="the gateway's minify level (overrides --config)",
-    )
+    add_served_arguments(p)
     p.set_defaults(run=run)
 
 

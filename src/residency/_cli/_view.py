@@ -35,25 +35,18 @@ __all__ = ["ServedWith", "configure", "run", "view"]
 _LEVELS = (*MINIFY_LEVELS, *MINIFY_ALIASES)
 
 
-def configure(p: argparse.ArgumentParser) -> None:
-    p.description = (
-        "Show the tool list a gateway session is served now, with each tool's tokens, "
-        "the meta-tools, the total and the tombstone lines, read from the gateway's store without "
-        "changing it. Exit codes: 0 shown, 2 bad usage, a missing or unreadable store or config, "
-        "or an unknown session."
-    )
+def add_store_argument(p: argparse.ArgumentParser) -> None:
+    """``--store URL``, the store a reading command opens (``view``, ``ui``)."""
     p.add_argument(
         "--store",
         required=True,
         metavar="URL",
         help="sqlite:///path.db (or a path to a .db file) or postgresql://...",
     )
-    p.add_argument(
-        "--session",
-        required=True,
-        metavar="ID",
-        help="the session key it was served under, or its store id as 'residency inspect' lists it",
-    )
+
+
+def add_served_arguments(p: argparse.ArgumentParser) -> None:
+    """``--config`` and ``--minify``: how the gateway served its sessions (see :func:`_served_with`)."""
     p.add_argument(
         "--config",
         metavar="FILE",
@@ -64,6 +57,23 @@ def configure(p: argparse.ArgumentParser) -> None:
         choices=_LEVELS,
         help="the gateway's minify level (overrides --config; lossless means full-text)",
     )
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Show the tool list a gateway session is served now, with each tool's tokens, "
+        "the meta-tools, the total and the tombstone lines, read from the gateway's store without "
+        "changing it. Exit codes: 0 shown, 2 bad usage, a missing or unreadable store or config, "
+        "or an unknown session."
+    )
+    add_store_argument(p)
+    p.add_argument(
+        "--session",
+        required=True,
+        metavar="ID",
+        help="the session key it was served under, or its store id as 'residency inspect' lists it",
+    )
+    add_served_arguments(p)
     p.add_argument("--json", action="store_true", help="print the view as JSON")
     p.set_defaults(run=run)
 

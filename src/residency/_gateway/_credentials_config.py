@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from residency._gateway._oauth_config import url_problem
+from residency._gateway._oauth_config import checked_scopes, checked_url
 
 __all__ = ["CredentialsSettings", "Mode", "PER_CALLER_MODES"]
 
@@ -80,20 +80,12 @@ class CredentialsSettings(BaseModel):
     @field_validator("issuer", "token_endpoint", "resource")
     @classmethod
     def _urls(cls, value: str | None) -> str | None:
-        problem = None if value is None else url_problem(value, what="this URL")
-        if problem is not None:
-            raise ValueError(problem)
-        return value
+        return None if value is None else checked_url(value, what="this URL")
 
     @field_validator("scopes")
     @classmethod
     def _scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for scope in value:
-            if not scope or not all("!" <= c <= "~" and c not in '"\\' for c in scope):
-                raise ValueError(
-                    f"{scope!r} is not a scope (visible ASCII, no spaces, quotes or backslashes)"
-                )
-        return value
+        return checked_scopes(value)
 
     @model_validator(mode="after")
     def _mode_keys(self) -> CredentialsSettings:

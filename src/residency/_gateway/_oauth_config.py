@@ -49,6 +49,22 @@ def url_problem(url: str, *, what: str) -> str | None:
     return None
 
 
+def checked_url(url: str, *, what: str) -> str:
+    """``url`` if :func:`url_problem` finds nothing wrong with it; else ``ValueError`` (for validators)."""
+    problem = url_problem(url, what=what)
+    if problem is not None:
+        raise ValueError(problem)
+    return url
+
+
+def checked_scopes(scopes: tuple[str, ...]) -> tuple[str, ...]:
+    """``scopes`` if each is a scope token (RFC 6749 section 3.3); else ``ValueError``."""
+    for scope in scopes:
+        if not scope or not all("!" <= c <= "~" and c not in '"\\' for c in scope):
+            raise ValueError(f"{scope!r} is not a scope (visible ASCII, no spaces, quotes or backslashes)")
+    return scopes
+
+
 def _loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
@@ -135,36 +151,22 @@ class OAuthSettings(_Strict):
     @field_validator("issuer")
     @classmethod
     def _issuer(cls, value: str) -> str:
-        problem = url_problem(value, what="the issuer")
-        if problem is not None:
-            raise ValueError(problem)
-        return value
+        return checked_url(value, what="the issuer")
 
     @field_validator("resource")
     @classmethod
     def _resource(cls, value: str) -> str:
-        problem = url_problem(value, what="the resource (the URL clients reach /mcp by)")
-        if problem is not None:
-            raise ValueError(problem)
-        return value
+        return checked_url(value, what="the resource (the URL clients reach /mcp by)")
 
     @field_validator("jwks_uri")
     @classmethod
     def _jwks_uri(cls, value: str | None) -> str | None:
-        problem = None if value is None else url_problem(value, what="jwks_uri")
-        if problem is not None:
-            raise ValueError(problem)
-        return value
+        return None if value is None else checked_url(value, what="jwks_uri")
 
     @field_validator("scopes")
     @classmethod
     def _scopes(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for scope in value:
-            if not scope or not all("!" <= c <= "~" and c not in '"\\' for c in scope):
-                raise ValueError(
-                    f"{scope!r} is not a scope (visible ASCII, no spaces, quotes or backslashes)"
-                )
-        return value
+        return checked_scopes(value)
 
     @field_validator("algorithms")
     @classmethod
