@@ -70,6 +70,17 @@ class MemoryStore:
         kept = self._journals.get(session_id, [])[start:]
         return [JournalEntry(e.op, e.data, e.at, seq) for seq, e in enumerate(kept, start + 1)]
 
+    def last_entries(self, session_ids: Sequence[str], op: str | None = None) -> dict[str, JournalEntry]:
+        found = {}
+        for session_id in session_ids:
+            journal = self._journals.get(session_id, [])
+            for seq in range(len(journal), 0, -1):
+                e = journal[seq - 1]
+                if op is None or e.op == op:
+                    found[session_id] = JournalEntry(e.op, e.data, e.at, seq)
+                    break
+        return found
+
     def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
         if (
             isinstance(seq, bool)

@@ -10,7 +10,10 @@ e.g. tests, can share one database that way).
 
 Adding a chain to an archive scope also sends ``NOTIFY`` on the schema's channel
 (``channel_of``), in the transaction that adds it: gateway replicas listening there have their
-sessions of the scope adopt the chain (see ``residency._gateway._fanout``).
+sessions of the scope adopt the chain (see ``residency._gateway._fanout``). An append sends one
+too (``j:`` and the session's id, in the append's statement, so it is delivered exactly when the
+entries are visible): dashboards listening there show the change without polling. Each schema
+has its own channel, so two stores in one database do not hear each other.
 
 Appends and conflicts
 ---------------------
@@ -94,10 +97,12 @@ __all__ = [
     "DEFAULT_POOL_SIZE",
     "DEFAULT_SCHEMA",
     "DEFAULT_TIMEOUT",
+    "JOURNAL_NOTICE",
     "SCHEMA_VERSION",
     "SESSION_NOTICE",
     "PostgresStore",
     "channel_of",
+    "journal_notice",
 ]
 
 DEFAULT_POOL_SIZE = 4
@@ -115,12 +120,22 @@ _RACES = 8  # appends without ``after`` that lose a race retry this often before
 _PART = 64 << 20  # checkpoint part size, as in SQLite (one bytea value may not exceed 1 GB)
 
 
+JOURNAL_NOTICE = "j"
+"""Payload prefix of a notice that a session's journal grew (``j:SESSION_ID``; ``j:`` alone for an
+id too long for a notice's payload)."""
+_NOTICE_BYTES = 7000  # PostgreSQL refuses payloads of 8000 bytes or more
 T = TypeVar("T")
 
 
 def channel_of(schema: str) -> str:
     """The ``LISTEN/NOTIFY`` channel of a store schema (bounded to PostgreSQL's 63-byte names)."""
     return "residency_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+
+
+def journal_notice(session_id: str) -> str:
+    """The payload of the notice an append to ``session_id`` sends (see ``JOURNAL_NOTICE``)."""
+    shown = session_id if len(session_id.encode("utf-8", "replace")) <= _NOTICE_BYTES else ""
+    return f"{JOURNAL_NOTICE}:{shown}"
 
 
 class PostgresStore:
@@ -322,7 +337,15 @@ class PostgresStore:
         *,
         settling: bool = False,
     ) -> int:
-        params = {"sid": session_id, "after": after, "ops": ops, "data": data, "at": ats}
+        params = {
+            "sid": session_id,
+            "after": after,
+            "ops": ops,
+            "data": data,
+            "at": ats,
+            "channel": channel_of(self._schema),
+            "notice": journal_notice(session_id),
+        }
         for _ in range(_RACES):
             pool = self._live()
             try:
@@ -393,6 +416,23 @@ class PostgresStore:
         """
         rows = self._on("load", lambda conn: conn.execute(self._sql["load"], (session_id, after)).fetchall())
         return entries_from_rows(rows, str(self._url), session_id)
+
+    def last_entries(self, session_ids: Sequence[str], op: str | None = None) -> dict[str, JournalEntry]:
+        """Each listed session's last journal entry (its last ``op`` entry, if given), in one
+        statement (one round trip for a whole page of sessions).
+
+        Sessions with no such entry are left out.
+
+        Raises:
+            StoreError: the database cannot be read, or an entry is not valid JSON.
+        """
+        if not session_ids:
+            return {}
+        query = self._sql["last_entries" if op is None else "last_op_entries"]
+        params = (list(session_ids),) if op is None else (list(session_ids), op)
+        rows = self._on("load", lambda conn: conn.execute(query, params).fetchall())
+        where = str(self._url)
+        return {sid: entries_from_rows([(seq, o, d, at)], where, sid)[0] for sid, seq, o, d, at in rows}
 
     def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
         """Keep ``blob`` as the session's state after entry ``seq``, in one transaction.

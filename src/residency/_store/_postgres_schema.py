@@ -175,8 +175,10 @@ WITH head AS (
     SELECT %(sid)s, ok.last + r.n, r.op, r.data, r.at
     FROM ok, unnest(%(ops)s::text[], %(data)s::text[], %(at)s::float8[]) WITH ORDINALITY AS r(op, data, at, n)
     RETURNING seq
+), noticed AS (
+    SELECT pg_notify(%(channel)s, %(notice)s) FROM ok
 )
-SELECT head.last, (SELECT count(*) FROM added) FROM head
+SELECT head.last, (SELECT count(*) FROM added), (SELECT count(*) FROM noticed) FROM head
 """
 
 # The store's statements; ``{s}`` is the schema.
@@ -185,6 +187,12 @@ _STATEMENTS = {
     "last": "SELECT COALESCE(MAX(seq), 0) FROM {s}.journal WHERE session_id = %s",
     "raw": "SELECT op, data, at FROM {s}.journal WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s",
     "load": "SELECT seq, op, data, at FROM {s}.journal WHERE session_id = %s AND seq > %s ORDER BY seq",
+    "last_entries": "SELECT w.sid, j.seq, j.op, j.data, j.at FROM unnest(%s::text[]) AS w(sid) "
+    "CROSS JOIN LATERAL (SELECT seq, op, data, at FROM {s}.journal WHERE session_id = w.sid "
+    "ORDER BY seq DESC LIMIT 1) AS j",
+    "last_op_entries": "SELECT w.sid, j.seq, j.op, j.data, j.at FROM unnest(%s::text[]) AS w(sid) "
+    "CROSS JOIN LATERAL (SELECT seq, op, data, at FROM {s}.journal WHERE session_id = w.sid AND op = %s "
+    "ORDER BY seq DESC LIMIT 1) AS j",
     "lock_session": "SELECT 1 FROM {s}.sessions WHERE session_id = %s FOR UPDATE",
     "checkpoint_seq": "SELECT COALESCE(MAX(seq), 0) FROM {s}.checkpoints WHERE session_id = %s",
     "drop_checkpoint": "DELETE FROM {s}.checkpoints WHERE session_id = %s",

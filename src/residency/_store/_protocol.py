@@ -166,6 +166,12 @@ class Store(Protocol):
     #     """``(session_id, tool)`` of the ``limit`` most recent ``call`` entries of the scope's
     #     sessions (``exclude`` left out), oldest first."""
     #
+    # And a batched read for readers that list many sessions (the dashboard):
+    #
+    # def last_entries(self, session_ids: Sequence[str], op: str | None = None) -> dict[str, JournalEntry]:
+    #     """Each listed session's last journal entry (its last ``op`` entry, if given), with
+    #     ``seq`` set, in one read; sessions with no such entry are left out."""
+    #
     # And search labels (queries that led to successful calls, see ``residency._search._learned``):
     #
     # def learn_searches(self, scope: str, labels: Sequence[Mapping[str, Any]]) -> None:

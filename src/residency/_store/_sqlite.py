@@ -306,6 +306,27 @@ class SQLiteStore:
             ).fetchall()
         return entries_from_rows(rows, str(self._path), session_id)
 
+    def last_entries(self, session_ids: Sequence[str], op: str | None = None) -> dict[str, JournalEntry]:
+        """Each listed session's last journal entry (its last ``op`` entry, if given), in one read.
+
+        Sessions with no such entry are left out.
+
+        Raises:
+            StoreError: the file cannot be read, or an entry is not valid JSON.
+        """
+        if not session_ids:
+            return {}
+        pick = "" if op is None else " AND op = ?"
+        query = (
+            "SELECT j.session_id, j.seq, j.op, j.data, j.at FROM json_each(?) AS w JOIN journal AS j "
+            f"ON j.id = (SELECT id FROM journal WHERE session_id = w.value{pick} ORDER BY seq DESC LIMIT 1)"
+        )
+        params: tuple[Any, ...] = (json.dumps(list(session_ids)),) + (() if op is None else (op,))
+        with self._connection("load") as conn:
+            rows = conn.execute(query, params).fetchall()
+        where = str(self._path)
+        return {sid: entries_from_rows([(seq, o, d, at)], where, sid)[0] for sid, seq, o, d, at in rows}
+
     def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
         """Keep ``blob`` as the session's state after entry ``seq``, in one transaction.
 
