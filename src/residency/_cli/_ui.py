@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from residency._gateway._http import bind, is_loopback, token_problem
     from residency._store import redact_url
     from residency._ui._front import store_dashboard
+    from residency._ui._live import LiveUpdates, stopping_server
     from residency._ui._reads import open_readonly
 
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV) or None
@@ -84,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"residency ui: cannot bind {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
             return 2
+        live = LiveUpdates()
         app = store_dashboard(
             store,
             served,
@@ -92,11 +94,12 @@ def run(args: argparse.Namespace) -> int:
             token=token,
             loopback=is_loopback(args.host),
             allowed_hosts=args.allowed_host,
+            live=live,
         )
         config = uvicorn.Config(
             app, log_level="warning", log_config=None, lifespan="off", ws="none", access_log=False
         )
-        server = uvicorn.Server(config)
+        server = stopping_server(config, live)  # open event streams end as it stops
         shown = f"[{args.host}]" if ":" in args.host else args.host
         port = sock.getsockname()[1]
 

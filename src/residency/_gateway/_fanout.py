@@ -14,7 +14,9 @@ scope's new chains, and announces the sessions whose view that changed: a chain 
 session reaches every session of the scope on every replica without waiting for their next
 request. Two replicas adopting for one session race like any two writers; the loser catches up.
 
-A notice's payload is ``s:`` and a session id, or ``a:`` and an archive scope.
+A notice's payload is ``s:`` and a session id, or ``a:`` and an archive scope. The store itself
+also sends ``j:`` and a session id on every append (``residency._store._postgres``): gateways
+ignore those, the dashboard (``residency._ui._live``) listens for them.
 
 A notice is a hint, never the source of truth: a lost one (the listening connection dropped,
 the sender's connection failed) costs only a late ``list_changed``; the next request catches up
@@ -36,7 +38,13 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
-from residency._store._postgres import ARCHIVE_NOTICE, SESSION_NOTICE, PostgresStore, channel_of
+from residency._store._postgres import (
+    ARCHIVE_NOTICE,
+    JOURNAL_NOTICE,
+    SESSION_NOTICE,
+    PostgresStore,
+    channel_of,
+)
 from residency._store._protocol import Store
 
 __all__ = ["EVERY_SCOPE", "EVERY_SESSION", "Fanout", "channel_of", "fanout_for"]
@@ -90,6 +98,7 @@ class Fanout:
         on_notice: Handler,
         on_archive: Handler | None = None,
         *,
+        on_journal: Handler | None = None,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Listen until cancelled. Started once the first ``LISTEN`` is active (or has failed).
@@ -99,6 +108,8 @@ class Fanout:
                 (``EVERY_SESSION`` after a reconnect).
             on_archive: called with an archive scope that gained a chain (``EVERY_SCOPE``
                 after a reconnect); archive notices are ignored without it.
+            on_journal: called with the id of a session whose journal grew (``""`` for a
+                session whose id is too long for a notice); such notices are ignored without it.
         """
         started = False
         reconnecting = False
@@ -120,6 +131,8 @@ class Fanout:
                             await _deliver(on_notice, name)
                         elif kind == ARCHIVE_NOTICE and on_archive is not None:
                             await _deliver(on_archive, name)
+                        elif kind == JOURNAL_NOTICE and on_journal is not None:
+                            await _deliver(on_journal, name)
             except psycopg.Error as exc:
                 logger.warning(
                     "cross-replica notices: listening failed (%s); retrying in %g s",

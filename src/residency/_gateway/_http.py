@@ -95,6 +95,7 @@ from residency._gateway._resources import upstream_status
 from residency._gateway._server import Gateway
 from residency._gateway._upstream import Upstream
 from residency._ui._front import gateway_dashboard
+from residency._ui._live import LiveUpdates, stopping_server
 
 __all__ = [
     "MIN_TOKEN_CHARS",
@@ -303,6 +304,7 @@ def http_app(
     allowed_hosts: Sequence[str] = (),
     front: Front | None = None,
     auth: OAuthSettings | None = None,
+    live: LiveUpdates | None = None,
 ) -> ASGIApp:
     """The gateway's ASGI app: ``/mcp`` (streamable HTTP), ``/``, ``/healthz``, ``/metrics``.
 
@@ -316,6 +318,8 @@ def http_app(
         front: the request and body limits and what clients hold against them (see
             ``_http_guard``); None: the default ``residency.http`` settings.
         auth: OAuth access tokens instead of a static token (``residency.auth``), or None.
+        live: the dashboard's live updates (the server closes them as it stops), or None:
+            its own.
 
     Raises:
         ConfigError: ``token`` is the empty string (None means no token), both ``token`` and
@@ -365,6 +369,7 @@ def http_app(
         auth=auth,
         validator=validator,
         mcp_path=MCP_PATH,
+        live=live,
     )
     app = Admission(app, front, security)
     return app
@@ -430,6 +435,7 @@ async def serve_http(
             fd_limit,
         )
     front = Front(settings, caps)
+    live = LiveUpdates()
     app = http_app(
         gateway,
         host=host,
@@ -438,6 +444,7 @@ async def serve_http(
         allowed_hosts=allowed_hosts,
         front=front,
         auth=auth,
+        live=live,
     )
     # log_config=None: uvicorn's records go through the process's own handlers (which scrub
     # secrets, see ``residency._cli._serve``) instead of handlers of its own. ws="none": MCP has
@@ -453,7 +460,7 @@ async def serve_http(
         access_log=False,
         timeout_graceful_shutdown=2,
     )
-    server = uvicorn.Server(config)
+    server = stopping_server(config, live)  # the dashboard's event streams end as it stops
     port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}{MCP_PATH}"

@@ -3,7 +3,8 @@
 Pages (all ``GET``, read-only, under ``/ui``): ``/ui/`` the sessions (filters ``q``,
 ``identity``, ``page``); ``/ui/session/<id>`` one session; ``/ui/chains`` the chain archive;
 ``/ui/upstreams`` the gateway's upstreams (gateway only); ``/ui/stamp?path=`` what the live poll
-compares; ``/ui/static/*`` the script and stylesheet; ``/ui/login`` the token form.
+compares; ``/ui/events`` the store's change notices as Server-Sent Events (PostgreSQL, see
+``_live``); ``/ui/static/*`` the script and stylesheet; ``/ui/login`` the token form.
 
 Who may open them (``DashboardGate``), decided in this order:
 
@@ -49,8 +50,18 @@ from residency._runtime import Session
 from residency._store._protocol import Store
 from residency._ui import _pages
 from residency._ui._html import CSP, Html
+from residency._ui._live import LiveUpdates
 from residency._ui._names import find_session
-from residency._ui._reads import Readers, ServedWith, archive, plot_series, session_rows, timeline, view
+from residency._ui._reads import (
+    Readers,
+    ServedWith,
+    archive,
+    last_entries,
+    plot_series,
+    session_rows,
+    timeline,
+    view,
+)
 from residency._ui._static import APP_CSS, APP_JS
 
 __all__ = [
@@ -91,6 +102,7 @@ class Source:
     where: str
     upstreams: Callable[[], list[dict[str, Any]]] | None = None
     readers: Readers = field(default_factory=Readers, compare=False)
+    live: LiveUpdates = field(default_factory=LiveUpdates, compare=False)
 
     @property
     def mode(self) -> str:
@@ -118,10 +130,16 @@ def _sessions(source: Source, params: dict[str, str]) -> tuple[Html, str]:
         number = int(params.get("page", "1"))
     except ValueError:
         number = 1
-    found = session_rows(source.store(), text=text, identity=identity, page=number, readers=source.readers)
+    found = session_rows(source.store(), text=text, identity=identity, page=number)
     stamp = f"{found.total}:" + ",".join(f"{r.entries}" for r in found.rows)
     body = _pages.sessions_page(
-        found, text=text, identity=identity, stamp=stamp, mode=source.mode, where=source.where
+        found,
+        text=text,
+        identity=identity,
+        stamp=stamp,
+        mode=source.mode,
+        where=source.where,
+        live=source.live.notifies(source.store()),
     )
     return body, stamp
 
@@ -168,6 +186,7 @@ def _session_body(source: Source, session: Session) -> tuple[Html, str]:
         stamp=stamp,
         mode=source.mode,
         where=source.where,
+        live=source.live.notifies(session.store),
     )
     return body, stamp
 
@@ -175,7 +194,8 @@ def _session_body(source: Source, session: Session) -> tuple[Html, str]:
 def _chains(source: Source) -> tuple[Html, str]:
     records = archive(source.store())
     stamp = str(len(records))
-    return _pages.chains_page(records, stamp=stamp, mode=source.mode, where=source.where), stamp
+    live = source.live.notifies(source.store())
+    return _pages.chains_page(records, stamp=stamp, mode=source.mode, where=source.where, live=live), stamp
 
 
 def _upstreams(source: Source) -> tuple[Html, str]:
@@ -191,8 +211,8 @@ def _stamp(source: Source, path: str, query: str) -> str | None:
     if path.startswith(PREFIX + "/session/"):
         store = source.store()
         found = find_session(store.sessions(), unquote(path[len(PREFIX + "/session/") :]), where=source.where)
-        entries = store.load(found)
-        return str(entries[-1].seq if entries else 0)
+        last = last_entries(store, [found]).get(found)
+        return str(last.seq if last is not None else 0)
     result = _render(source, path, query)
     return None if result is None else result[1]
 
@@ -237,6 +257,9 @@ def dashboard_app(source: Source, *, health: bool = False) -> Starlette:
             return PlainTextResponse("", status_code=404, headers=_HEADERS)
         return PlainTextResponse(found, headers=_HEADERS)
 
+    async def events(request: Request) -> Response:
+        return source.live.response(source.store())
+
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name == "app.js":
@@ -254,6 +277,7 @@ def dashboard_app(source: Source, *, health: bool = False) -> Starlette:
     routes = [
         Route(PREFIX, bare, methods=["GET"]),
         Route(PREFIX + "/stamp", stamp, methods=["GET"]),
+        Route(PREFIX + "/events", events, methods=["GET"]),
         Route(PREFIX + "/static/{name}", static, methods=["GET"]),
         Route(PREFIX + "/{rest:path}", rendered, methods=["GET"]),
     ]

@@ -21,6 +21,7 @@ from residency._gateway._server import Gateway
 from residency._store import redact_url
 from residency._store._protocol import Store
 from residency._ui._app import DashboardGate, OperatorScope, Source, dashboard_app
+from residency._ui._live import LiveUpdates
 from residency._ui._reads import ServedWith
 
 __all__ = ["gateway_dashboard", "store_dashboard"]
@@ -35,6 +36,7 @@ def gateway_dashboard(
     auth: OAuthSettings | None,
     validator: TokenValidator | None = None,
     mcp_path: str = "/mcp",
+    live: LiveUpdates | None = None,
 ) -> ASGIApp:
     """``app`` with the dashboard in front of it for requests under ``/ui``.
 
@@ -46,12 +48,14 @@ def gateway_dashboard(
         token: the static bearer token, or None.
         auth: the OAuth settings, or None; ``validator``: the front's own token checker, shared
             so both check a token against the same cached keys.
+        live: the pages' live updates (None: their own).
     """
     source = Source(
         store=lambda: gateway.store,
         served=ServedWith.of(gateway.config),
         where=redact_url(str(gateway.config.residency.store)),
         upstreams=lambda: upstream_status(gateway.upstreams, gateway.secrets),
+        live=live if live is not None else LiveUpdates(),
     )
     dashboard = dashboard_app(source)
     oauth = None
@@ -69,11 +73,15 @@ def store_dashboard(
     token: str | None,
     loopback: bool,
     allowed_hosts: Sequence[str] = (),
+    live: LiveUpdates | None = None,
 ) -> ASGIApp:
     """The dashboard over ``store`` alone (``residency ui``), with ``GET /healthz``, behind the
-    HTTP front's own guards: the request caps and the ``Host``/``Origin`` check, then the token."""
+    HTTP front's own guards: the request caps and the ``Host``/``Origin`` check, then the token
+    (``live``: the pages' live updates, None: their own)."""
     from residency._gateway._http import _security  # the front's Host rule, the same for both
 
-    source = Source(store=lambda: store, served=served, where=where)
+    source = Source(
+        store=lambda: store, served=served, where=where, live=live if live is not None else LiveUpdates()
+    )
     gate = DashboardGate(None, dashboard_app(source, health=True), loopback=loopback, token=token)
     return Admission(gate, Front(), _security(host, allowed_hosts))

@@ -86,9 +86,12 @@ NAV = (
 )
 
 
-def page(title: str, body: Html, *, stamp: str = "", mode: str = "store", where: str = "") -> Html:
+def page(
+    title: str, body: Html, *, stamp: str = "", mode: str = "store", where: str = "", live: bool = False
+) -> Html:
     """A whole page: the frame, navigation, ``body``; ``stamp`` is what the live poll compares
-    (``/ui/stamp`` answers the current one: the page reloads when they differ)."""
+    (``/ui/stamp`` answers the current one: the page reloads when they differ); ``live``: the
+    store sends change notices, so the page asks only when ``/ui/events`` says something changed."""
     links = [(n, h) for n, h in NAV if mode == "gateway" or h != "/ui/upstreams"]
     nav = join(tag("a", n, href=h) for n, h in links)
     return Html("<!doctype html>") + tag(
@@ -103,7 +106,7 @@ def page(title: str, body: Html, *, stamp: str = "", mode: str = "store", where:
         + tag(
             "body",
             tag("header", tag("strong", "residency") + tag("nav", nav) + tag("span", where, class_="where"))
-            + tag("main", tag("h1", title) + body, data_stamp=stamp),
+            + tag("main", tag("h1", title) + body, data_stamp=stamp, data_live="events" if live else None),
         ),
         lang="en",
     )

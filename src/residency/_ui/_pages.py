@@ -33,7 +33,9 @@ def session_href(session_id: str) -> str:
     return "/ui/session/" + quote(session_id, safe="")
 
 
-def sessions_page(found: SessionPage, *, text: str, identity: str, stamp: str, mode: str, where: str) -> Html:
+def sessions_page(
+    found: SessionPage, *, text: str, identity: str, stamp: str, mode: str, where: str, live: bool = False
+) -> Html:
     """The session list with its filters (``text`` in the id, the identity the key is bound to)."""
     options = join(
         tag("option", label or "any", value=value, selected="selected" if value == identity else None)
@@ -76,9 +78,8 @@ def sessions_page(found: SessionPage, *, text: str, identity: str, stamp: str, m
             ("session", "key", "identity", "turn", "journal entries", "last write (UTC)"), rows, id="sessions"
         )
     )
-    return page(
-        "Sessions", body + tag("nav", join(pager, " "), class_="pager"), stamp=stamp, mode=mode, where=where
-    )
+    pages = tag("nav", join(pager, " "), class_="pager")
+    return page("Sessions", body + pages, stamp=stamp, mode=mode, where=where, live=live)
 
 
 def _event_row(e: Any) -> Html:
@@ -116,6 +117,7 @@ def session_page(
     stamp: str,
     mode: str,
     where: str,
+    live: bool = False,
 ) -> Html:
     """One session: what the model sees now (``view``), the plot, the timeline, spans, chains."""
     sid = listed["session"]
@@ -200,10 +202,12 @@ def session_page(
             table(("chain", "rule", "pipeline", "failure"), chain_rows, id="chains"),
         ]
     )
-    return page(f"Session {sid}", body, stamp=stamp, mode=mode, where=where)
+    return page(f"Session {sid}", body, stamp=stamp, mode=mode, where=where, live=live)
 
 
-def chains_page(records: Sequence[Mapping[str, Any]], *, stamp: str, mode: str, where: str) -> Html:
+def chains_page(
+    records: Sequence[Mapping[str, Any]], *, stamp: str, mode: str, where: str, live: bool = False
+) -> Html:
     """The store's chain archive (the default scope), as every session sharing it inherits it."""
     rows = [
         (
@@ -217,7 +221,7 @@ def chains_page(records: Sequence[Mapping[str, Any]], *, stamp: str, mode: str, 
     body = tag("p", f"{len(rows)} archived chains", class_="summary") + table(
         ("chain", "pipeline", "failure", "credentials (references)"), rows, id="archive"
     )
-    return page("Chain archive", body, stamp=stamp, mode=mode, where=where)
+    return page("Chain archive", body, stamp=stamp, mode=mode, where=where, live=live)
 
 
 def upstreams_page(entries: Sequence[Mapping[str, Any]], *, stamp: str, where: str) -> Html:

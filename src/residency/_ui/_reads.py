@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from residency._core._events import Event, EventKind
 from residency._errors import ConfigError, ResidencyError
-from residency._store._protocol import DEFAULT_SCOPE
+from residency._store._protocol import DEFAULT_SCOPE, JournalEntry
 from residency._ui._names import session_key_of
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ __all__ = [
     "Turn",
     "archive",
     "identity_of",
+    "last_entries",
     "open_readonly",
     "open_session",
     "plot_series",
@@ -182,11 +183,9 @@ IDENTITIES = ("local", "none", "token", "oauth")
 
 
 class Readers:
-    """What a long-running reader (the dashboard) keeps between requests, so a page it shows
-    again costs only what the journals gained since: each listed session's row (entries, turn,
-    last write, brought up to date by reading the journal's tail after its last entry), and the
-    ``Session`` objects of the sessions last viewed (caught up with ``Session.catch_up``, one
-    indexed read of the tail, instead of replayed), at most ``sessions`` of them.
+    """What a long-running reader (the dashboard) keeps between requests: the ``Session``
+    objects of the sessions last viewed (caught up with ``Session.catch_up``, one indexed read
+    of the tail, instead of replayed), at most ``sessions`` of them.
 
     Thread-safe: pages are read in worker threads. A session object is used by one thread at a
     time (its lock); a reader that fails leaves the entry out, so the next request reopens it.
@@ -194,23 +193,8 @@ class Readers:
 
     def __init__(self, sessions: int = 64) -> None:
         self._lock = threading.Lock()
-        self._rows: dict[str, tuple[int, int, float]] = {}  # id -> (last seq, turn, last write)
         self._sessions: OrderedDict[tuple[str, ServedWith], tuple[threading.Lock, Session]] = OrderedDict()
         self._limit = sessions
-
-    def row(self, store: Store, session_id: str) -> tuple[int, int, float]:
-        """``(entries, turn, last write)`` of the session's journal."""
-        with self._lock:
-            seq, turn, last_at = self._rows.get(session_id, (0, 0, 0.0))
-        new = store.load(session_id, after=seq)
-        for e in new:
-            if e.op == "turn":
-                turn = int(e.data.get("turn", 0))
-        if new:
-            seq, last_at = new[-1].seq, new[-1].at
-            with self._lock:
-                self._rows[session_id] = (seq, turn, last_at)
-        return seq, turn, last_at
 
     @contextlib.contextmanager
     def session(self, store: Store, session_id: str, served: ServedWith) -> Iterator[Session]:
@@ -234,6 +218,21 @@ class Readers:
                 self._sessions.popitem(last=False)
 
 
+def last_entries(store: Store, session_ids: Sequence[str], op: str | None = None) -> dict[str, JournalEntry]:
+    """Each listed session's last journal entry (its last ``op`` entry, if given): one read for
+    all of them where the store has ``last_entries`` (SQLite, PostgreSQL), else one per session."""
+    batched = getattr(store, "last_entries", None)
+    if batched is not None:
+        found: dict[str, JournalEntry] = batched(session_ids, op)
+        return found
+    found = {}
+    for sid in session_ids:
+        entries = [e for e in store.load(sid) if op is None or e.op == op]
+        if entries:
+            found[sid] = entries[-1]
+    return found
+
+
 def session_rows(
     store: Store,
     *,
@@ -241,14 +240,13 @@ def session_rows(
     identity: str = "",
     page: int = 1,
     per_page: int = 50,
-    readers: Readers | None = None,
 ) -> SessionPage:
     """The store's sessions whose id contains ``text`` and whose key is bound to ``identity``
-    (empty: any), ``per_page`` at a time, newest writes first within the page's ids.
+    (empty: any), ``per_page`` at a time, in id order.
 
-    Only ids are filtered (no journal is read for that), so the page costs the same with 10 or
-    10,000 sessions in the store; each row shown reads its own journal (with ``readers``, only
-    what it gained since the last time).
+    Only ids are filtered (no journal is read for that), and the rows shown are read together
+    (each session's last entry and last turn, two reads for the whole page), so the page costs
+    the same with 10 or 10,000 sessions in the store and however long their journals are.
     """
     ids = store.sessions()
     needle = text.casefold()
@@ -260,11 +258,21 @@ def session_rows(
     pages = max(1, -(-len(matched) // per_page))
     page = min(max(1, page), pages)
     shown = matched[(page - 1) * per_page : page * per_page]
-    readers = readers if readers is not None else Readers()
+    last = last_entries(store, shown)
+    turns = last_entries(store, shown, "turn")
     rows = []
     for sid in shown:
-        entries, turn, last_at = readers.row(store, sid)
-        rows.append(SessionRow(sid, session_key_of(sid), identity_of(sid), entries, turn, last_at))
+        entry, turn = last.get(sid), turns.get(sid)
+        rows.append(
+            SessionRow(
+                sid,
+                session_key_of(sid),
+                identity_of(sid),
+                entry.seq if entry is not None else 0,
+                int(turn.data.get("turn", 0)) if turn is not None else 0,
+                entry.at if entry is not None else 0.0,
+            )
+        )
     return SessionPage(tuple(rows), len(matched), len(ids), page, pages)
 
 

@@ -1,9 +1,11 @@
 """The dashboard's script and stylesheet, served at ``/ui/static/`` (no build step, no inline code).
 
-The script does one thing: every ``POLL_MS`` it asks ``/ui/stamp`` whether what the page shows
-has changed in the store, and reloads the page if it has (the stores signal no per-session
-change, so the page asks; the question costs one journal read). A filter form submits as a
-plain GET, so every view is a URL.
+The script keeps a page current. It asks ``/ui/stamp`` whether what the page shows has changed
+in the store and reloads the page if it has (the question costs one journal read). When should
+it ask? Where the store sends change notices (a page marked ``data-live="events"``, see
+``_live``), when ``/ui/events`` says something the page shows changed, and each time the stream
+(re)opens; elsewhere, or when the stream is refused, every ``POLL_MS``. A hidden tab asks once
+it is shown again. A filter form submits as a plain GET, so every view is a URL.
 """
 
 from __future__ import annotations
@@ -18,9 +20,14 @@ APP_JS = f"""\
   const main = document.querySelector("main[data-stamp]");
   if (!main || !main.dataset.stamp) return;
   const here = location.pathname + location.search;
-  let busy = false;
-  async function poll() {{
-    if (busy || document.hidden) return;
+  const prefix = "/ui/session/";
+  const mine = location.pathname.startsWith(prefix)
+    ? decodeURIComponent(location.pathname.slice(prefix.length)) : null;
+  const chains = location.pathname === "/ui/chains";
+  let busy = false, again = false, stale = false, timer = null;
+  async function check() {{
+    if (document.hidden) {{ stale = true; return; }}
+    if (busy) {{ again = true; return; }}
     busy = true;
     try {{
       const r = await fetch("/ui/stamp?path=" + encodeURIComponent(here), {{
@@ -31,12 +38,32 @@ APP_JS = f"""\
         if (stamp && stamp !== main.dataset.stamp) location.reload();
       }}
     }} catch (e) {{
-      /* the server is restarting or unreachable: try again at the next tick */
+      /* the server is restarting or unreachable: try again at the next tick or event */
     }} finally {{
       busy = false;
+      if (again) {{ again = false; check(); }}
     }}
   }}
-  setInterval(poll, {POLL_MS});
+  document.addEventListener("visibilitychange", function () {{
+    if (!document.hidden && stale) {{ stale = false; check(); }}
+  }});
+  function poll() {{
+    if (timer === null) timer = setInterval(function () {{ if (!document.hidden) check(); }}, {POLL_MS});
+  }}
+  if (main.dataset.live !== "events" || !window.EventSource) {{ poll(); return; }}
+  const events = new EventSource("/ui/events");
+  events.addEventListener("open", check);
+  events.addEventListener("change", function (e) {{
+    let c;
+    try {{ c = JSON.parse(e.data); }} catch (err) {{ return; }}
+    const any = c.sessions === null;
+    const shown = mine !== null ? any || c.sessions.includes(mine)
+      : chains ? any || c.archive : any || c.sessions.length > 0;
+    if (shown) check();
+  }});
+  events.addEventListener("error", function () {{
+    if (events.readyState === EventSource.CLOSED) poll();  /* refused: ask on a timer instead */
+  }});
 }})();
 """
 
