@@ -66,8 +66,11 @@ class Watched:
         page.on("dialog", self._dialog)
 
     def _failed(self, request: Any) -> None:
-        # A poll in flight when the page navigates away is aborted by the browser: not a fault.
-        if "/ui/stamp" in request.url and "ERR_ABORTED" in str(request.failure):
+        # A poll in flight, or the event stream, when the page navigates away is aborted by the
+        # browser: not a fault.
+        if ("/ui/stamp" in request.url or "/ui/events" in request.url) and "ERR_ABORTED" in str(
+            request.failure
+        ):
             return
         self.problems.append(f"request failed: {request.url} ({request.failure})")
 
@@ -116,7 +119,7 @@ async def sign_in(w: Watched, base: str) -> None:
 @asynccontextmanager
 async def residency_ui(stored: dict[str, Any]) -> AsyncIterator[str]:
     argv = [sys.executable, "-m", "residency", "ui", "--store", str(stored["path"]), "--port", "0"]
-    argv += ["--config", str(stored["config"]), "--token", TOKEN]
+    argv += ["--token", TOKEN] + (["--config", str(stored["config"])] if "config" in stored else [])
     process = await anyio.open_process(argv, env={**os.environ}, stdout=None)
     try:
         assert process.stderr is not None
@@ -184,6 +187,44 @@ async def test_a_page_follows_the_journal_live(stored: dict[str, Any], tmp_path:
                 await w.page.locator("#timeline .kind", has_text="tombstoned").wait_for(timeout=NOTICE * 1000)
             await w.page.screenshot(path=str(w.shots / "live-after.png"), full_page=True)
             assert w.problems == []
+
+
+async def test_over_postgresql_a_new_session_appears_when_the_store_notifies(tmp_path: Path) -> None:
+    from residency import PostgresStore
+    from residency._store._protocol import JournalEntry
+    from tests.postgres import drop_schema, new_schema, pg_url, with_params
+
+    base_url, schema = pg_url(), new_schema()
+    url = with_params(base_url, schema=schema)
+    store = PostgresStore(url)
+    try:
+        Session(store, session_id="gateway/first").register_tools(
+            [{"name": "t", "description": "d", "inputSchema": {"type": "object"}}]
+        )
+        with anyio.fail_after(TEST):
+            async with residency_ui({"path": url}) as base, browser(tmp_path) as w:
+                asked: list[str] = []
+                w.page.on("request", lambda r: asked.append(r.url.split("?")[0].removeprefix(base)))
+                await sign_in(w, base)
+                await w.visit(f"{base}/ui/", "pg-sessions-before")
+                assert await w.page.locator("main[data-live=events]").count() == 1
+                assert await w.page.locator("#sessions a", has_text="gateway/second").count() == 0
+                with anyio.fail_after(NOTICE):  # subscribed: the stream is open and heard
+                    while "/ui/events" not in asked or "/ui/stamp" not in asked:
+                        await anyio.sleep(0.05)
+                store.append("gateway/second", [JournalEntry("turn", {"turn": 1}, 1.0)])
+                with anyio.fail_after(NOTICE):
+                    await w.page.locator("#sessions a", has_text="gateway/second").wait_for(
+                        timeout=NOTICE * 1000
+                    )
+                await w.page.screenshot(path=str(w.shots / "pg-sessions-after.png"), full_page=True)
+                assert w.problems == []
+                # Told, not polling: one stamp question per page load (its stream opened) and
+                # one for the change.
+                assert asked.count("/ui/stamp") <= asked.count("/ui/") + 1, asked
+    finally:
+        store.close()
+        drop_schema(base_url, schema)
 
 
 async def test_a_running_gateway_serves_every_dashboard_page(tmp_path: Path) -> None:
