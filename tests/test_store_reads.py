@@ -35,9 +35,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         from residency._store._postgres import PostgresStore
 
         base, schema = pg_url(), new_schema()
-        s = PostgresStore(with_params(base, schema=schema))
-        yield s
-        s.close()
+        pg = PostgresStore(with_params(base, schema=schema))
+        yield pg
+        pg.close()
         drop_schema(base, schema)
 
 

@@ -56,7 +56,7 @@ def pg_store(pg_store_url: str) -> Iterator[Store]:
 
 
 @pytest.fixture
-def writer(pg_store_url: str, pg_store: Store) -> Iterator[Store]:
+def writer(pg_store_url: str, pg_store: Store) -> Iterator[Any]:
     """The same store opened again: its own pool, as another process would write."""
     from residency import PostgresStore
 
@@ -120,7 +120,7 @@ async def next_change(stream: AsyncIterator[tuple[str, str]]) -> dict[str, Any]:
 
 
 async def test_a_subscribed_page_hears_of_an_append_by_another_connection(
-    pg_store: Store, writer: Store, pg_store_url: str
+    pg_store: Store, writer: Any, pg_store_url: str
 ) -> None:
     from residency import PostgresStore
 
