@@ -4,8 +4,9 @@ The script keeps a page current. It asks ``/ui/stamp`` whether what the page sho
 in the store and reloads the page if it has (the question costs one journal read). When should
 it ask? Where the store sends change notices (a page marked ``data-live="events"``, see
 ``_live``), when ``/ui/events`` says something the page shows changed, and each time the stream
-(re)opens; elsewhere, or when the stream is refused, every ``POLL_MS``. A hidden tab asks once
-it is shown again. A filter form submits as a plain GET, so every view is a URL.
+(re)opens; elsewhere, or when the stream is refused, every ``POLL_MS``. A hidden tab holds no
+stream (browsers open few connections to one server) and asks once it is shown again. A filter
+form submits as a plain GET, so every view is a URL.
 """
 
 from __future__ import annotations
@@ -44,26 +45,43 @@ APP_JS = f"""\
       if (again) {{ again = false; check(); }}
     }}
   }}
-  document.addEventListener("visibilitychange", function () {{
-    if (!document.hidden && stale) {{ stale = false; check(); }}
-  }});
   function poll() {{
     if (timer === null) timer = setInterval(function () {{ if (!document.hidden) check(); }}, {POLL_MS});
   }}
-  if (main.dataset.live !== "events" || !window.EventSource) {{ poll(); return; }}
-  const events = new EventSource("/ui/events");
-  events.addEventListener("open", check);
-  events.addEventListener("change", function (e) {{
-    let c;
-    try {{ c = JSON.parse(e.data); }} catch (err) {{ return; }}
-    const any = c.sessions === null;
-    const shown = mine !== null ? any || c.sessions.includes(mine)
-      : chains ? any || c.archive : any || c.sessions.length > 0;
-    if (shown) check();
+  const live = main.dataset.live === "events" && !!window.EventSource;
+  let events = null;
+  function subscribe() {{
+    const source = new EventSource("/ui/events");
+    events = source;
+    source.addEventListener("open", check);
+    source.addEventListener("change", function (e) {{
+      let c;
+      try {{ c = JSON.parse(e.data); }} catch (err) {{ return; }}
+      const any = c.sessions === null;
+      const shown = mine !== null ? any || c.sessions.includes(mine)
+        : chains ? any || c.archive : any || c.sessions.length > 0;
+      if (shown) check();
+    }});
+    source.addEventListener("error", function () {{
+      /* refused (busy, stopping): ask on a timer instead */
+      if (source.readyState === EventSource.CLOSED && events === source) {{ events = null; poll(); }}
+    }});
+  }}
+  /* A hidden tab holds no stream (a browser opens few connections to one server); shown
+     again, it subscribes anew, and the new stream's opening asks once. */
+  document.addEventListener("visibilitychange", function () {{
+    if (document.hidden) {{
+      if (events) {{ events.close(); events = null; }}
+    }} else if (live && timer === null && events === null) {{
+      stale = false;
+      subscribe();
+    }} else if (stale) {{
+      stale = false;
+      check();
+    }}
   }});
-  events.addEventListener("error", function () {{
-    if (events.readyState === EventSource.CLOSED) poll();  /* refused: ask on a timer instead */
-  }});
+  if (!live) poll();
+  else if (!document.hidden) subscribe();
 }})();
 """
 
