@@ -87,6 +87,7 @@ from residency._store._protocol import (
     check_search_label,
     content_key,
     entries_from_rows,
+    last_entries_from_rows,
     positioned_records,
     verified_content,
 )
@@ -431,8 +432,7 @@ class PostgresStore:
         query = self._sql["last_entries" if op is None else "last_op_entries"]
         params = (list(session_ids),) if op is None else (list(session_ids), op)
         rows = self._on("load", lambda conn: conn.execute(query, params).fetchall())
-        where = str(self._url)
-        return {sid: entries_from_rows([(seq, o, d, at)], where, sid)[0] for sid, seq, o, d, at in rows}
+        return last_entries_from_rows(rows, str(self._url))
 
     def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
         """Keep ``blob`` as the session's state after entry ``seq``, in one transaction.

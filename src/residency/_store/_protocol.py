@@ -321,3 +321,25 @@ def entries_from_rows(
         if collecting:
             gc.enable()
     return out
+
+
+def last_entries_from_rows(
+    rows: Iterable[tuple[str, int, str, str, float]], where: str
+) -> dict[str, JournalEntry]:
+    """``last_entries``' answer from stored ``(session_id, seq, op, data JSON, at)`` rows.
+
+    Raises:
+        StoreError: an entry's data is not valid JSON (``where`` names the store).
+    """
+    from residency._errors import StoreError
+
+    loads = json.loads
+    out = {}
+    for session_id, seq, op, data, at in rows:
+        try:
+            out[session_id] = JournalEntry(op, loads(data), at, seq)
+        except ValueError:
+            raise StoreError(
+                f"{where}: session {session_id!r}, journal entry {seq} is not valid JSON"
+            ) from None
+    return out

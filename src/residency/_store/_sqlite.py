@@ -70,6 +70,7 @@ from residency._store._protocol import (
     check_search_label,
     content_key,
     entries_from_rows,
+    last_entries_from_rows,
     positioned_records,
     verified_content,
 )
@@ -324,8 +325,7 @@ class SQLiteStore:
         params: tuple[Any, ...] = (json.dumps(list(session_ids)),) + (() if op is None else (op,))
         with self._connection("load") as conn:
             rows = conn.execute(query, params).fetchall()
-        where = str(self._path)
-        return {sid: entries_from_rows([(seq, o, d, at)], where, sid)[0] for sid, seq, o, d, at in rows}
+        return last_entries_from_rows(rows, str(self._path))
 
     def save_checkpoint(self, session_id: str, seq: int, blob: bytes) -> None:
         """Keep ``blob`` as the session's state after entry ``seq``, in one transaction.
