@@ -149,10 +149,14 @@ class LiveUpdates:
         self._ready = anyio.Event()  # the listener's LISTEN is active (or its first try failed)
         self._left = 0.0  # when the last stream ended
         self._closed = False
+        self._notifies: tuple[Store, bool] | None = None
 
     def notifies(self, store: Store) -> bool:
         """Whether ``store`` sends change notices (then pages subscribe instead of polling)."""
-        return self._fanout(store) is not None
+        known = self._notifies
+        if known is None or known[0] is not store:  # a dashboard reads one store: asked once
+            known = self._notifies = (store, self._fanout(store) is not None)
+        return known[1]
 
     @property
     def streams(self) -> int:
