@@ -6,6 +6,13 @@ Run from the repository root, with the project's venv active:
     python benchmarks/dashboard.py --json benchmarks/results/dashboard.json
     python benchmarks/dashboard.py --postgres   # also over PostgreSQL (RESIDENCY_PG_URL)
 
+To compare two builds on the same data, keep the stores and point the other build at them:
+``--sqlite-file PATH`` and ``--pg-schema NAME`` fill the store only if it holds no session yet
+and keep it afterwards (``PYTHONPATH=other/src python benchmarks/dashboard.py --sqlite-file ...``).
+``--before OTHER.json`` then puts that build's figures beside this one's: each page gets
+``p95_vs_before`` (this build's p95 over the other's, same store and data) and the output keeps
+the other run's per-page p95 and machine load under ``before``.
+
 A store is filled with ``--sessions`` sessions (default 1,000), each written through the runtime
 as a gateway writes one: a catalog of 20 tools registered, ``--turns`` planned turns under a
 schema budget (tools evicted and re-expanded by calls), tombstones, an archive and two spans with
@@ -14,11 +21,10 @@ a summary, about 60 journal entries a session. The dashboard over that store (th
 in process through an ASGI transport, so a request's time is the server's: routing, the token
 check, the store reads in a worker thread and the HTML. Pages:
 
-- ``sessions``: the list's first page (50 rows, each reading its session's journal);
+- ``sessions``: the list's first page (50 rows: each session's last entry and last turn);
 - ``sessions_filtered``: the list filtered by id text (matching 1 session in 10);
 - ``sessions_last_page``: the list's last page;
-- ``sessions_any_page``: a page of the list drawn at random (the first view of a page reads its
-  50 journals whole; the dashboard then keeps each row and reads only what a journal gained);
+- ``sessions_any_page``: a page of the list drawn at random;
 - ``session``: one session's page (what ``residency view`` reads, the timeline, spans, chains,
   plots), a session drawn at random each request: mostly a first view (replayed from its
   journal), as the dashboard keeps only the 64 sessions last viewed;
@@ -154,8 +160,14 @@ def _report(times: dict[str, list[float]]) -> dict[str, Any]:
 
 def run(store: Store, where: str, sessions: int, turns: int, rounds: int, per_round: int) -> dict[str, Any]:
     started = time.perf_counter()
-    entries = fill(store, sessions, turns)
-    filled_s = time.perf_counter() - started
+    kept = store.sessions()
+    if kept:  # a kept store (see the module docstring): measured as it is
+        sessions = len(kept)
+        entries = sum(len(store.load(sid)) for sid in kept)
+        filled_s = 0.0
+    else:
+        entries = fill(store, sessions, turns)
+        filled_s = time.perf_counter() - started
     app = store_dashboard(
         store,
         ServedWith("compact", delivery="list"),
@@ -173,6 +185,20 @@ def run(store: Store, where: str, sessions: int, turns: int, rounds: int, per_ro
     } | _report(times)
 
 
+def _compare(results: dict[str, Any], before: dict[str, Any]) -> None:
+    """Add ``before`` (another build's run on the same stores) to ``results`` (see the docstring)."""
+    kept: dict[str, Any] = {"machine": before["machine"], "runs": []}
+    for old in before["runs"]:
+        p95s = {name: page["p95_ms"] for name, page in old["pages"].items()}
+        kept["runs"].append({"store": old["store"], "met": old["met"], "p95_ms": p95s})
+        for run in results["runs"]:
+            if run["store"] == old["store"]:
+                for name, page in run["pages"].items():
+                    if p95s.get(name):
+                        page["p95_vs_before"] = round(page["p95_ms"] / p95s[name], 2)
+    results["before"] = kept
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=1000)
@@ -181,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--per-round", type=int, default=8)
     p.add_argument("--postgres", action="store_true", help="also over PostgreSQL (RESIDENCY_PG_URL)")
     p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--sqlite-file", type=Path, help="the SQLite store to fill once and keep")
+    p.add_argument("--pg-schema", help="the PostgreSQL schema to fill once and keep")
+    p.add_argument("--before", type=Path, help="another build's results on the same stores, to compare")
     args = p.parse_args(argv)
     results: dict[str, Any] = {
         "target_p95_ms": TARGET_P95_MS,
@@ -191,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [],
     }
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLiteStore(Path(tmp) / "dashboard.db")
+        store = SQLiteStore(args.sqlite_file or Path(tmp) / "dashboard.db")
         try:
             results["runs"].append(
                 run(store, "sqlite", args.sessions, args.turns, args.rounds, args.per_round)
@@ -202,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         from residency import PostgresStore
 
         url = os.environ["RESIDENCY_PG_URL"]
-        schema = f"bench_dashboard_{os.getpid()}"
+        schema = args.pg_schema or f"bench_dashboard_{os.getpid()}"
         pg = PostgresStore(url, schema=schema)
         try:
             results["runs"].append(
@@ -212,8 +241,11 @@ def main(argv: list[str] | None = None) -> int:
             import psycopg
 
             pg.close()
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            if not args.pg_schema:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    if args.before:
+        _compare(results, json.loads(args.before.read_text()))
     results["met"] = all(r["met"] for r in results["runs"])
     text = json.dumps(results, indent=1)
     print(text)
