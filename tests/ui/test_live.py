@@ -228,3 +228,23 @@ def test_pages_over_postgresql_subscribe_and_pages_over_sqlite_poll(pg_store: St
                     assert c.get("/ui/stamp", params={"path": "/ui/"}).status_code == 200
     finally:
         sqlite.close()
+
+
+async def test_a_gateways_dashboard_streams_its_own_sessions_changes(pg_store: Store) -> None:
+    from residency._gateway import IncidentDesk
+    from tests.gateway.conftest import running, served_over_http
+    from tests.test_cli_view import POLICY
+
+    async with (
+        running(POLICY, desk=IncidentDesk(), store=pg_store) as gw,
+        served_over_http(gw, token=TOKEN) as url,
+        httpx2.AsyncClient(timeout=STEP) as client,
+        client.stream("GET", url.removesuffix("/mcp") + "/ui/events", headers=AUTH) as response,
+    ):
+        assert response.status_code == 200
+        stream = messages(response)
+        assert await anext(stream) == (":", "listening")
+        session = gw.session("watched")
+        await anyio.to_thread.run_sync(lambda: session.archive("get_timeline", "seen on the dashboard"))
+        change = await next_change(stream)
+        assert change["sessions"] is None or session.session_id in change["sessions"]
