@@ -425,7 +425,13 @@ class Secrets:
     def __init__(self, values: Iterable[str] = ()) -> None:
         self._values: list[str] = []
         self._json_forms: list[str] = []
+        self._generation = 0
         self.add(*values)
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever the set of values does: text redacted before is stale after."""
+        return self._generation
 
     @classmethod
     def is_secret(cls, value: str) -> bool:
@@ -446,6 +452,7 @@ class Secrets:
             found.update(v for v in (value, *_credential(value)) if self.is_secret(v))
         # Longest first, so a secret containing another is scrubbed whole.
         self._values = sorted(found, key=len, reverse=True)
+        self._generation += 1
         # How each value appears inside JSON text (quotes, backslashes, controls escaped).
         self._json_forms = [json.dumps(v, ensure_ascii=False)[1:-1] for v in self._values]
 
@@ -455,6 +462,7 @@ class Secrets:
         kept = [v for v in self._values if v not in gone]
         if len(kept) != len(self._values):
             self._values = kept
+            self._generation += 1
             self._json_forms = [json.dumps(v, ensure_ascii=False)[1:-1] for v in kept]
 
     def __bool__(self) -> bool:

@@ -55,6 +55,7 @@ import mcp_types as types
 from mcp import Client, MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
+from opentelemetry.context import attach, detach
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
     Gauge,
@@ -72,7 +73,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind, StatusCode, Tracer
+from opentelemetry.trace import SpanKind, StatusCode, Tracer, get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CollectorRegistry
 
@@ -89,6 +90,8 @@ SEMCONV = "semantic-conventions-genai v0.1.0 (gen-ai/mcp.md)"
 SCOPE = "residency.gateway"
 _TRANSPORTS = {"stdio": "pipe", "http": "tcp"}
 _RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+_SHAPES = 1024  # span names and attributes kept per hook; past that the cache starts over
+_Shape = tuple[str, Mapping[str, Any]]  # a span's name and its attributes that do not vary
 
 
 class Tracing:
@@ -109,7 +112,12 @@ class Tracing:
         self, settings: TelemetrySettings, registry: CollectorRegistry, secrets: Secrets, version: str
     ) -> None:
         self.settings = settings
+        self._secrets = secrets
         self._redact = secrets.redact
+        # Span names and fixed attributes by what they depend on (method and target, tool and
+        # upstream), built once: redacted, so dropped whenever the secrets change.
+        self._shapes: dict[tuple[Any, ...], _Shape] = {}
+        self._shapes_generation = secrets.generation
         self._registry = registry
         name = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or "residency"
         self.resource = Resource.create({"service.name": name, "service.version": version})
@@ -118,6 +126,7 @@ class Tracing:
         span_exporter, self._metric_exporter = _exporters(settings)
         self._provider = TracerProvider(resource=self.resource)
         if span_exporter is not None:
+            # The SDK's defaults (and its OTEL_BSP_* variables) for the batches.
             self._provider.add_span_processor(BatchSpanProcessor(span_exporter))
         self.tracer: Tracer = self._provider.get_tracer(SCOPE, version)
         self._stop = threading.Event()
@@ -181,19 +190,33 @@ class Tracing:
         kept = [m for m in server.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
         server.middleware[:] = [self.middleware, *kept]
 
-    async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-        """A ``Server.middleware``: the ``SERVER`` span of one request (see the module docstring)."""
-        method = ctx.method
-        params = ctx.params
-        attributes: dict[str, Any] = {"mcp.method.name": method, "mcp.protocol.version": ctx.protocol_version}
-        if ctx.request_id is not None:
-            attributes["jsonrpc.request.id"] = str(ctx.request_id)
-        connection = getattr(ctx.session, "_connection", None)
-        session_id = getattr(connection, "session_id", None)
-        if isinstance(session_id, str):
-            attributes["mcp.session.id"] = self._redact(session_id)
-        name = method
+    def _shape(self, key: tuple[Any, ...]) -> _Shape | None:
+        if self._shapes_generation != self._secrets.generation:
+            self._shapes.clear()
+            self._shapes_generation = self._secrets.generation
+        return self._shapes.get(key)
+
+    def _keep(self, key: tuple[Any, ...], shape: _Shape) -> _Shape:
+        if len(self._shapes) >= _SHAPES:
+            self._shapes.clear()
+        self._shapes[key] = shape
+        return shape
+
+    def _request_shape(self, method: str, params: Mapping[str, Any] | None) -> _Shape:
+        """A request span's name and the attributes its method and target decide."""
         target = params.get("name") if params and method in ("tools/call", "prompts/get") else None
+        uri = params.get("uri") if params and method in _RESOURCE_METHODS else None
+        key = (
+            "request",
+            method,
+            target if isinstance(target, str) else None,
+            uri if isinstance(uri, str) else None,
+        )
+        shape = self._shape(key)
+        if shape is not None:
+            return shape
+        attributes: dict[str, Any] = {"mcp.method.name": method}
+        name = method
         if isinstance(target, str):
             target = self._redact(target)
             name = f"{method} {target}"
@@ -202,30 +225,50 @@ class Tracing:
                 attributes["gen_ai.tool.name"] = target
             else:
                 attributes["gen_ai.prompt.name"] = target
-        elif method in _RESOURCE_METHODS and params and isinstance(params.get("uri"), str):
-            attributes["mcp.resource.uri"] = self._redact(params["uri"])
-        with self.tracer.start_as_current_span(
+        elif isinstance(uri, str):
+            attributes["mcp.resource.uri"] = self._redact(uri)
+        return self._keep(key, (name, attributes))
+
+    async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """A ``Server.middleware``: the ``SERVER`` span of one request (see the module docstring)."""
+        method = ctx.method
+        name, fixed = self._request_shape(method, ctx.params)
+        attributes = {**fixed, "mcp.protocol.version": ctx.protocol_version}
+        if ctx.request_id is not None:
+            attributes["jsonrpc.request.id"] = str(ctx.request_id)
+        connection = getattr(ctx.session, "_connection", None)
+        session_id = getattr(connection, "session_id", None)
+        if isinstance(session_id, str):
+            attributes["mcp.session.id"] = self._redact(session_id)
+        span = self.tracer.start_span(
             name,
             context=self._incoming(ctx.meta),
             kind=SpanKind.SERVER,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
-        ) as span:
-            try:
-                result = await call_next(ctx)
-            except MCPError as exc:
-                span.set_attribute("error.type", str(exc.error.code))
-                span.set_status(StatusCode.ERROR, self._redact(exc.error.message))
-                raise
-            except Exception as exc:
-                span.set_attribute("error.type", type(exc).__qualname__)
-                span.set_status(StatusCode.ERROR)
-                raise
+        )
+        # Current for the request's handling (the admission and upstream spans nest under it);
+        # attach and detach by hand: ``start_as_current_span`` costs two context managers more.
+        token = attach(set_span_in_context(span))
+        try:
+            result = await call_next(ctx)
+        except MCPError as exc:
+            span.set_attribute("error.type", str(exc.error.code))
+            span.set_status(StatusCode.ERROR, self._redact(exc.error.message))
+            raise
+        except Exception as exc:
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.set_status(StatusCode.ERROR)
+            raise
+        else:
             if method == "tools/call" and _is_error(result):
                 span.set_attribute("error.type", "tool_error")
                 span.set_status(StatusCode.ERROR)
             return result
+        finally:
+            detach(token)
+            span.end()
 
     def _incoming(self, meta: Mapping[str, Any] | None) -> Any:
         """The client's trace context from ``_meta``, or None (the span nests under the current one)."""
@@ -233,33 +276,38 @@ class Tracing:
             return None
         carrier = {k: v for k in ("traceparent", "tracestate") if isinstance(v := meta.get(k), str)}
         context = self._propagator.extract(carrier)
-        from opentelemetry.trace import get_current_span
-
         return context if get_current_span(context).get_span_context().is_valid else None
 
     def admission(
         self, tool: str, started_ns: int, *, reason: str, refused: bool, upstream: str = ""
     ) -> None:
-        """One admission decision (``started_ns``: ``time.time_ns()`` when it began)."""
-        attributes = {
-            "residency.admission.decision": "refused" if refused else "admitted",
-            "residency.admission.reason": reason,
-            "gen_ai.tool.name": self._redact(tool),
-        }
-        if upstream:
-            attributes["residency.upstream"] = upstream
+        """One admission decision (``started_ns``: ``time.time_ns()`` when it began).
+
+        A span of its own, as asked of the gateway (the MCP conventions define no admission:
+        an event on the request span would carry the same attributes, but a span shows the
+        decision's time and stays one query away whatever the request span holds)."""
+        key = ("admit", tool, reason, refused, upstream)
+        shape = self._shape(key)
+        if shape is None:
+            shown = self._redact(tool)
+            attributes = {
+                "residency.admission.decision": "refused" if refused else "admitted",
+                "residency.admission.reason": reason,
+                "gen_ai.tool.name": shown,
+            }
+            if upstream:
+                attributes["residency.upstream"] = upstream
+            shape = self._keep(key, (f"admit {shown}", attributes))
         span = self.tracer.start_span(
-            f"admit {attributes['gen_ai.tool.name']}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=started_ns,
+            shape[0], kind=SpanKind.INTERNAL, attributes=shape[1], start_time=started_ns
         )
         span.end()
 
-    async def call_upstream(
-        self, upstream: str, kind: str, client: Client, tool: str, arguments: Mapping[str, Any]
-    ) -> types.CallToolResult:
-        """``client.call_tool`` in a ``CLIENT`` span whose context travels in ``params._meta``."""
+    def _upstream_shape(self, upstream: str, kind: str, tool: str, protocol: str | None) -> _Shape:
+        key = ("upstream", upstream, kind, tool, protocol)
+        shape = self._shape(key)
+        if shape is not None:
+            return shape
         shown = self._redact(tool)
         attributes: dict[str, Any] = {
             "mcp.method.name": "tools/call",
@@ -267,35 +315,52 @@ class Tracing:
             "gen_ai.tool.name": shown,
             "residency.upstream": upstream,
         }
-        if client.protocol_version is not None:
-            attributes["mcp.protocol.version"] = client.protocol_version
+        if protocol is not None:
+            attributes["mcp.protocol.version"] = protocol
         if kind in _TRANSPORTS:
             attributes["network.transport"] = _TRANSPORTS[kind]
-        with self.tracer.start_as_current_span(
-            f"tools/call {shown}",
+        return self._keep(key, (f"tools/call {shown}", attributes))
+
+    async def call_upstream(
+        self, upstream: str, kind: str, client: Client, tool: str, arguments: Mapping[str, Any]
+    ) -> types.CallToolResult:
+        """``client.call_tool`` in a ``CLIENT`` span whose context travels in ``params._meta``."""
+        name, attributes = self._upstream_shape(upstream, kind, tool, client.protocol_version)
+        span = self.tracer.start_span(
+            name,
             kind=SpanKind.CLIENT,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
-        ) as span:
-            meta: dict[str, Any] = {}
-            self._propagator.inject(meta)
-            try:
-                result = await client.call_tool(
-                    tool, dict(arguments), meta=cast(types.RequestParamsMeta, meta)
-                )
-            except MCPError as exc:
-                span.set_attribute("error.type", str(exc.error.code))
-                span.set_status(StatusCode.ERROR)
-                raise
-            except BaseException as exc:  # a lost connection, or the call's deadline (a cancel)
-                span.set_attribute("error.type", type(exc).__qualname__)
-                span.set_status(StatusCode.ERROR)
-                raise
+        )
+        # W3C Trace Context, as ``TraceContextTextMapPropagator.inject`` writes it.
+        context = span.get_span_context()
+        meta: dict[str, Any] = {
+            "traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        }
+        if context.trace_state:
+            meta["tracestate"] = context.trace_state.to_header()
+        # Current during the call: the ``mcp`` client writes the current context into
+        # ``_meta`` too (with the process-wide propagator), which must agree with this one.
+        token = attach(set_span_in_context(span))
+        try:
+            result = await client.call_tool(tool, dict(arguments), meta=cast(types.RequestParamsMeta, meta))
+        except MCPError as exc:
+            span.set_attribute("error.type", str(exc.error.code))
+            span.set_status(StatusCode.ERROR)
+            raise
+        except BaseException as exc:  # a lost connection, or the call's deadline (a cancel)
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.set_status(StatusCode.ERROR)
+            raise
+        else:
             if result.is_error:
                 span.set_attribute("error.type", "tool_error")
                 span.set_status(StatusCode.ERROR)
             return result
+        finally:
+            detach(token)
+            span.end()
 
 
 def _is_error(result: HandlerResult) -> bool:
@@ -335,7 +400,8 @@ def _exporters(settings: TelemetrySettings) -> tuple[SpanExporter | None, Metric
             )
             return spans, metrics
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        from residency._gateway._otlp_spans import FastOTLPSpanExporter
     except ImportError as exc:
         package = (
             "opentelemetry-exporter-otlp-proto-grpc"
@@ -347,7 +413,7 @@ def _exporters(settings: TelemetrySettings) -> tuple[SpanExporter | None, Metric
             f"install it with: pip install 'residency[otel{',otel-grpc' if otlp.protocol == 'grpc' else ''}]'"
         ) from exc
     spans = (
-        OTLPSpanExporter(
+        FastOTLPSpanExporter(
             endpoint=f"{base}/v1/traces" if base else None, headers=headers, timeout=otlp.timeout
         )
         if settings.traces
