@@ -165,6 +165,53 @@ async def test_refusals_and_tool_errors_are_marked_on_their_spans() -> None:
     assert received[0]["traceparent"].split("-")[1] == upstream.trace_id
 
 
+async def test_each_span_carries_its_own_tools_attributes() -> None:
+    """Span names and fixed attributes are built once per tool and reused: interleaved calls of
+    two tools, one failing, must each get their own, and an error marked on one span must not
+    reach the next span of the same tool."""
+    received: list[dict[str, Any]] = []
+    with OTLPReceiver() as rx:
+        async with traced(rx, received) as gw, Client(gw.server, mode="legacy") as client:
+            with anyio.fail_after(STEP):
+                for tool in ("echo_meta", "fail", "echo_meta", "fail", "echo_meta"):
+                    args = {"text": "x"} if tool == "echo_meta" else {}
+                    await client.call_tool(tool, args, meta=meta(traceparent=None))
+        # Besides the calls', the session's own requests (``initialize``) have spans.
+        spans = [s for s in rx.spans() if s.name.endswith((" echo_meta", " fail"))]
+
+    assert len(spans) == 3 * 5
+    for s in spans:
+        tool = s.name.rsplit(" ", 1)[1]
+        assert s.attributes["gen_ai.tool.name"] == tool
+        assert ("error.type" in s.attributes) == (tool == "fail" and s.span.kind != Span.SPAN_KIND_INTERNAL)
+        if s.span.kind == Span.SPAN_KIND_CLIENT:
+            assert s.attributes["residency.upstream"] == "tr"
+    ids = [s.attributes["jsonrpc.request.id"] for s in spans if s.span.kind == Span.SPAN_KIND_SERVER]
+    assert len(set(ids)) == 5  # what varies per request is set per request
+
+
+def test_names_redacted_before_a_secret_was_known_are_not_reused_after() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from residency._gateway._config import Secrets
+    from residency._gateway._otel_config import TelemetrySettings
+    from residency._gateway._tracing import Tracing
+
+    secrets = Secrets()
+    with OTLPReceiver() as rx:
+        settings = TelemetrySettings.model_validate({"otlp": {"endpoint": rx.endpoint}, "metrics": False})
+        tracing = Tracing(settings, CollectorRegistry(), secrets, "0")
+        tracing.admission("get-tok3n-x9", 1, reason="resident", refused=False)
+        secrets.add("tok3n-x9")
+        tracing.admission("get-tok3n-x9", 2, reason="resident", refused=False)
+        secrets.discard("tok3n-x9")
+        tracing.admission("get-tok3n-x9", 3, reason="resident", refused=False)
+        tracing.shutdown()
+        spans = sorted(rx.spans(), key=lambda s: s.span.start_time_unix_nano)
+    assert [s.name for s in spans] == ["admit get-tok3n-x9", "admit get-***", "admit get-tok3n-x9"]
+    assert [s.attributes["gen_ai.tool.name"] for s in spans] == ["get-tok3n-x9", "get-***", "get-tok3n-x9"]
+
+
 async def test_the_metrics_sent_are_the_metrics_served() -> None:
     received: list[dict[str, Any]] = []
     with OTLPReceiver() as rx:
