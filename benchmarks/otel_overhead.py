@@ -4,6 +4,7 @@ Run from the repository root, with the project's venv active (and the ``otel`` e
 
     python benchmarks/otel_overhead.py
     python benchmarks/otel_overhead.py --json benchmarks/results/otel_overhead.json
+    python benchmarks/otel_overhead.py --compare REV   # also REV's tracing, in the same rounds
 
 Each variant is a gateway with one in-process upstream (``tests/gateway/traced_upstream.py``)
 and an in-process ``mcp.Client`` that calls the upstream's tool through it, one call at a time:
@@ -22,6 +23,10 @@ a time, so two processes are not comparable), and ``off`` (``off_alone``) and ``
 alone (neither holds an exporter's threads). ``on`` over ``off`` compares the first two,
 ``off`` over ``before`` the last two. CPU time is the whole process's during a variant's
 calls, so ``off`` beside ``on`` is charged whatever the exporter threads spend meanwhile.
+
+With ``--compare REV`` a fourth worker runs ``on`` and ``off`` side by side from the source
+tree at ``REV`` (``on_compare``, ``off_compare``): an earlier version of the tracing measured in
+the same rounds, so a change's effect is read from one run.
 
 Rounds alternate the workers, in a rotating order (the machine's noise hits all alike); a
 worker's figure for a round is the median latency (p50) of its calls in that round, and its
@@ -77,6 +82,7 @@ async def main(endpoint, *variants):
         for client in clients.values():
             for _ in range(200):
                 await call(client)
+        floor = span_floor() if "on" in variants else None
         print(json.dumps({"ready": True}), flush=True)
         turn = 0
         while True:
@@ -97,7 +103,53 @@ async def main(endpoint, *variants):
                 figures[variant] = {"p50_ms": statistics.median(times) * 1000,
                                     "mean_ms": statistics.fmean(times) * 1000,
                                     "cpu_ms": cpu / len(times) * 1000}
+            if floor is not None:
+                figures["sdk_floor"] = {"p50_ms": floor(int(line)), "mean_ms": 0.0, "cpu_ms": 0.0}
             print(json.dumps(figures), flush=True)
+
+def span_floor():
+    # The SDK's own cost of one call's three spans (request and upstream spans made current,
+    # the admission span not), with the gateway's attributes, into a BatchSpanProcessor whose
+    # exporter drops them: what no change to the gateway's hooks can remove.
+    from opentelemetry.context import attach, detach
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.trace import SpanKind, set_span_in_context
+
+    class Dropped(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    tracer = provider.get_tracer("residency.gateway", "0")
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "echo_meta"}
+    request = {"mcp.method.name": "tools/call", **tool, "mcp.protocol.version": "2025-11-25"}
+    admit = {"residency.admission.decision": "admitted", "residency.admission.reason": "resident",
+             "gen_ai.tool.name": "echo_meta", "residency.upstream": "up"}
+    upstream = {**request, "residency.upstream": "up", "network.transport": "pipe"}
+
+    def once(n):
+        server = tracer.start_span("tools/call echo_meta", kind=SpanKind.SERVER,
+                                   attributes={**request, "jsonrpc.request.id": str(n)})
+        outer = attach(set_span_in_context(server))
+        tracer.start_span("admit echo_meta", attributes=admit, start_time=time.time_ns()).end()
+        client = tracer.start_span("tools/call echo_meta", kind=SpanKind.CLIENT, attributes=upstream)
+        inner = attach(set_span_in_context(client))
+        detach(inner)
+        client.end()
+        detach(outer)
+        server.end()
+
+    def measure(calls):
+        times = []
+        for n in range(calls):
+            started = time.perf_counter()
+            once(n)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times) * 1000
+
+    return measure
 
 anyio.run(main, *sys.argv[1:])
 """
@@ -122,6 +174,7 @@ def extract(commit: str, into: Path) -> Path:
     archive = subprocess.run(
         ["git", "archive", "--format=tar", commit, "src/residency"], cwd=ROOT, capture_output=True, check=True
     ).stdout
+    into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into / "src"
 
@@ -152,7 +205,7 @@ class Worker:
         self.process.stdin.write(f"{calls}\n")
         self.process.stdin.flush()
         for variant, figures in json.loads(self.process.stdout.readline()).items():
-            rounds.setdefault(self.names[variant], []).append(figures)
+            rounds.setdefault(self.names.get(variant, variant), []).append(figures)
 
     def close(self) -> None:
         assert self.process.stdin is not None
@@ -161,14 +214,15 @@ class Worker:
         self.process.wait(timeout=120)
 
 
-def measure(rounds: int, calls: int, baseline: str) -> dict[str, Any]:
+def measure(rounds: int, calls: int, baseline: str, compare: str | None = None) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from tests._otlp import OTLPReceiver
 
     current = ROOT / "src"
     figures: dict[str, list[dict[str, float]]] = {}
+    load_before = os.getloadavg()[0]
     with OTLPReceiver() as rx, tempfile.TemporaryDirectory() as tmp:
-        before_src = extract(baseline, Path(tmp))
+        before_src = extract(baseline, Path(tmp) / "before")
         workers = [
             # On and off side by side in one process: the same scheduling, the same neighbours.
             Worker(current, rx.endpoint, ["on", "off"], ["on", "off"]),
@@ -176,12 +230,16 @@ def measure(rounds: int, calls: int, baseline: str) -> dict[str, Any]:
             Worker(current, "", ["off"], ["off_alone"]),
             Worker(before_src, "", ["off"], ["before"]),
         ]
+        if compare is not None:
+            compare_src = extract(compare, Path(tmp) / "compare")
+            workers.append(Worker(compare_src, rx.endpoint, ["on", "off"], ["on_compare", "off_compare"]))
         try:
             for w in workers:
                 w.ready()
             started = time.perf_counter()
             for n in range(rounds):
-                for w in workers[n % 3 :] + workers[: n % 3]:
+                k = n % len(workers)
+                for w in workers[k:] + workers[:k]:
                     w.round(calls, figures)
             seconds = time.perf_counter() - started
         finally:
@@ -209,8 +267,32 @@ def measure(rounds: int, calls: int, baseline: str) -> dict[str, Any]:
         return round((q[2] - q[0]) / statistics.median(values), 4)
 
     names = ["on", "off", "off_alone", "before"]
+    floor_ms = figure("sdk_floor", "p50_ms")
     on_over_off = ratio("on", "off")
     off_over_before = ratio("off_alone", "before")
+    compared: dict[str, Any] = {}
+    if compare is not None:
+        pair = ["on_compare", "off_compare"]
+        compared = {
+            "compare": {
+                "commit": subprocess.run(
+                    ["git", "rev-parse", "--short", compare],
+                    cwd=ROOT,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout.strip(),
+                "p50_ms": {n: round(figure(n, "p50_ms"), 4) for n in pair},
+                "cpu_ms_per_call": {n: round(figure(n, "cpu_ms"), 4) for n in pair},
+                "ratios": {
+                    "on_over_off_p50": ratio("on_compare", "off_compare"),
+                    "on_over_off_p50_paired": paired("on_compare", "off_compare"),
+                    "on_over_off_cpu": ratio("on_compare", "off_compare", "cpu_ms"),
+                    "on_over_on_compare_p50_paired": paired("on", "on_compare"),
+                },
+                "round_spread": {n: spread(n) for n in pair},
+            }
+        }
     return {
         "rounds": rounds,
         "calls_per_round": calls,
@@ -218,8 +300,8 @@ def measure(rounds: int, calls: int, baseline: str) -> dict[str, Any]:
         "baseline": subprocess.run(
             ["git", "rev-parse", "--short", baseline], cwd=ROOT, capture_output=True, text=True, check=True
         ).stdout.strip(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}, "
-        f"Python {platform.python_version()}",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, load average {load_before:.1f} before "
+        f"and {os.getloadavg()[0]:.1f} after, Python {platform.python_version()}",
         "p50_ms": {n: round(figure(n, "p50_ms"), 4) for n in names},
         "mean_ms": {n: round(figure(n, "mean_ms"), 4) for n in names},
         "cpu_ms_per_call": {n: round(figure(n, "cpu_ms"), 4) for n in names},
@@ -232,11 +314,16 @@ def measure(rounds: int, calls: int, baseline: str) -> dict[str, Any]:
             "off_over_before_cpu": ratio("off_alone", "before", "cpu_ms"),
         },
         "round_spread": {n: spread(n) for n in names},
+        # The SDK's own cost of a call's three spans, measured alone in the on/off process
+        # (median over rounds of the per-round p50), and the ratio it alone would give.
+        "sdk_span_floor_ms_per_call": round(floor_ms, 4),
+        "sdk_span_floor_ratio": round((figure("off", "p50_ms") + floor_ms) / figure("off", "p50_ms"), 4),
         "spans_received": spans,
         "metric_exports_received": metric_exports,
         "target_on_over_off": TARGET_ON_OVER_OFF,
         "met": on_over_off <= TARGET_ON_OVER_OFF,
         "off_within_spread_of_before": abs(off_over_before - 1) <= max(spread("off_alone"), spread("before")),
+        **compared,
     }
 
 
@@ -245,11 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=300, help="calls per worker and round")
     parser.add_argument("--baseline", help="the commit of the build without the hooks")
+    parser.add_argument("--compare", help="also measure on and off from this commit's source tree")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.calls < 1:
         parser.error("--rounds and --calls must be at least 1")
-    report = measure(args.rounds, args.calls, baseline_commit(args.baseline))
+    report = measure(args.rounds, args.calls, baseline_commit(args.baseline), args.compare)
     print(json.dumps(report, indent=1))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -212,11 +212,19 @@ def otel_table() -> str:
     for key, label in labels.items():
         rows.append(f"| {label} | {number(d['p50_ms'][key])} ms | {number(d['cpu_ms_per_call'][key])} ms |")
     r = d["ratios"]
+    floor = ""
+    if "sdk_span_floor_ms_per_call" in d:
+        floor = (
+            f" The OpenTelemetry SDK's own work for a call's three spans, timed alone in the same "
+            f"process, is {number(d['sdk_span_floor_ms_per_call'])} ms: "
+            f"{number(d['sdk_span_floor_ratio'])}x off by itself."
+        )
     return "\n".join(rows) + (
-        f"\n\nOn over off: {number(r['on_over_off_p50'])}x the p50 latency, "
+        f"\n\nOn over off: {number(r['on_over_off_p50'])}x the p50 latency "
+        f"({number(r['on_over_off_p50_paired'])}x round by round), "
         f"{number(r['on_over_off_cpu'])}x the CPU time; off over before: "
         f"{number(r['off_over_before_p50'])}x the p50 latency, {number(r['off_over_before_cpu'])}x "
         f"the CPU time. Medians of {d['rounds']} alternating rounds of {d['calls_per_round']:,} "
         f"calls per variant ({d['machine']}); on and off ran side by side in one process, off "
-        "and before each in one of their own."
+        "and before each in one of their own." + floor
     )
