@@ -34,6 +34,13 @@ semantic-conventions-genai v0.1.0, status Development; the MCP section of semant
 Tool names, session ids and resource URIs pass ``Secrets.redact`` before they become
 attributes, as before they reach a log line.
 
+Cost with telemetry on: each span's name and the attributes its method, tool and upstream
+decide are built once (kept per hook, bounded, dropped when the secrets change); spans are made
+current with ``attach``/``detach`` rather than ``start_as_current_span``; over OTLP/HTTP the
+batches are encoded by ``_otlp_spans`` (the SDK's encoder costs several times more, in the
+export thread that competes with the event loop for the GIL). Every span is recorded under the
+SDK's default sampler (parent-based, always on) unless ``OTEL_TRACES_SAMPLER`` picks another.
+
 Metrics have one source: the ``Telemetry``'s Prometheus registry, the same that ``/metrics``
 serves. Every ``metric_interval`` seconds (and once more at shutdown) a thread reads it and
 sends it as OTLP metrics with the family's name (``residency_calls_forwarded``: Prometheus adds
