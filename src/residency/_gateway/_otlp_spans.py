@@ -194,6 +194,9 @@ class FastOTLPSpanExporter(OTLPSpanExporter):
         super().__init__(*args, **kwargs)
         self._encoder = SpanEncoder()
 
+    def shutdown(self) -> None:
+        super().shutdown()  # type: ignore[no-untyped-call]  # the SDK's is not annotated
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         client = getattr(self, "_client", None)
         limit = getattr(self, "_max_request_size", None)
