@@ -28,12 +28,26 @@ With ``--compare REV`` a fourth worker runs ``on`` and ``off`` side by side from
 tree at ``REV`` (``on_compare``, ``off_compare``): an earlier version of the tracing measured in
 the same rounds, so a change's effect is read from one run.
 
+A second workload (``http`` in the report) makes the same calls as an application does: three
+more gateway processes like the first three (the same variants, settings and in-process
+upstream; ``on`` and ``off`` side by side in one, ``off`` and ``before`` each alone) serve their
+gateways over the HTTP front (``serve_http``), and the real client, the ``mcp`` SDK's
+streamable-HTTP ``Client(url)`` in its default era, calls them from a process of its own (one
+for every variant, so the client side is the same for each). Not one ``residency serve``
+process per variant: on against off would then compare two processes' luck as well as the
+tracing (see above), and the upstream would be one more process behind a pipe. With the client
+in another process its work is neither counted as the gateway's CPU nor competes with the
+gateway for the interpreter lock. CPU time is the gateway process's (its gateways, their
+upstream, the exporter's threads), read by that process before and after each variant's calls.
+The ``on`` gateway exports to a receiver of its own, and the report shows what it decoded:
+every span, and the calls whose request span arrived against the calls made.
+
 Rounds alternate the workers, in a rotating order (the machine's noise hits all alike); a
 worker's figure for a round is the median latency (p50) of its calls in that round, and its
 figure for the run the median over rounds. Ratios are of those figures; ``paired`` ratios are
 the median of the per-round ratios. Targets: ``on`` at most 1.05x ``off`` (p50), and ``off``
 indistinguishable from ``before`` (within the spread of the rounds). The exit code is 1 when
-the first is missed.
+the first is missed in either workload.
 """
 
 from __future__ import annotations
@@ -155,6 +169,85 @@ anyio.run(main, *sys.argv[1:])
 """
 
 
+HTTP_GATEWAY = r"""
+import json, sys, time
+from contextlib import AsyncExitStack
+import anyio
+from residency._gateway import Gateway, parse_config
+from residency._gateway._http import bind, serve_http
+from tests.gateway import traced_upstream
+
+async def main(endpoint, *variants):
+    endpoint = "" if endpoint == "-" else endpoint
+    urls = {}
+    async with AsyncExitStack() as stack:
+        gateways = {}
+        for variant in variants:
+            # The in-process workload's gateway, upstream and settings, served by the HTTP front.
+            residency = {"ready_wait": 60, "pinned": ["echo_meta"]}
+            if variant == "on":
+                residency["telemetry"] = {"otlp": {"endpoint": endpoint}, "metric_interval": 1}
+            cfg = parse_config(json.dumps({"mcpServers": {}, "residency": residency}))
+            gateways[variant] = await stack.enter_async_context(
+                Gateway(cfg, upstreams={"up": traced_upstream.server()}))
+        # The servers stop before the gateways close (which flushes what is left to export).
+        async with anyio.create_task_group() as tg:
+            for variant, gw in gateways.items():
+                served = anyio.Event()
+                def started(url, variant=variant, served=served):
+                    urls[variant] = url
+                    served.set()
+                serve = lambda gw=gw, started=started: serve_http(gw, bind("127.0.0.1", 0), started=started)
+                tg.start_soon(serve)
+                await served.wait()
+            print(json.dumps(urls), flush=True)
+            # Asked before and after each variant's calls: this process's CPU time (gateways,
+            # their upstream and, with telemetry on, the exporter's threads).
+            while (await anyio.to_thread.run_sync(sys.stdin.readline)).strip():
+                print(json.dumps(time.process_time()), flush=True)
+            tg.cancel_scope.cancel()
+
+anyio.run(main, *sys.argv[1:])
+"""
+
+HTTP_CLIENT = r"""
+import json, statistics, sys, time
+from contextlib import AsyncExitStack
+import anyio
+from mcp import Client
+
+async def main():
+    meta = {"residency/session": "bench"}
+    clients = {}
+    async with AsyncExitStack() as stack:
+        while line := (await anyio.to_thread.run_sync(sys.stdin.readline)).strip():
+            order = json.loads(line)
+            if "connect" in order:
+                # The SDK's streamable-HTTP client as an application uses it (its default era).
+                client = await stack.enter_async_context(Client(order["url"]))
+                await client.list_tools(meta=meta)
+                clients[order["connect"]] = client
+                for _ in range(order["warm"]):
+                    result = await client.call_tool("echo_meta", {"text": "x"}, meta=meta)
+                    assert not result.is_error, result
+                print(json.dumps({"protocol": client.protocol_version}), flush=True)
+                continue
+            client, times = clients[order["run"]], []
+            for _ in range(order["calls"]):
+                started = time.perf_counter()
+                result = await client.call_tool("echo_meta", {"text": "x"}, meta=meta)
+                times.append(time.perf_counter() - started)
+                assert not result.is_error, result
+            print(json.dumps({"p50_ms": statistics.median(times) * 1000,
+                              "mean_ms": statistics.fmean(times) * 1000}), flush=True)
+
+anyio.run(main)
+"""
+
+WARM_UP = 200
+"""Calls each client makes before the rounds (as the in-process worker does)."""
+
+
 def baseline_commit(given: str | None) -> str:
     if given:
         return given
@@ -214,16 +307,107 @@ class Worker:
         self.process.wait(timeout=120)
 
 
-def measure(rounds: int, calls: int, baseline: str, compare: str | None = None) -> dict[str, Any]:
+class HTTPClient:
+    """The process of the real MCP clients (the SDK's streamable-HTTP client), one per gateway
+    variant; it takes its orders from the parent, one JSON line each, and answers one."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", HTTP_CLIENT],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=str(ROOT),
+        )
+
+    def ask(self, order: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(order) + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
+        if not answer:
+            raise SystemExit(f"the HTTP client process stopped at {order}")
+        result: dict[str, Any] = json.loads(answer)
+        return result
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("\n")
+        self.process.stdin.close()
+        self.process.wait(timeout=120)
+
+
+class HTTPWorker:
+    """A gateway process serving ``variants`` over the HTTP front side by side, each called by
+    its own client in ``client``'s process; figures are kept under ``names`` (the same order)."""
+
+    def __init__(
+        self, src: Path, endpoint: str, variants: list[str], names: list[str], client: HTTPClient
+    ) -> None:
+        self.names = dict(zip(variants, names, strict=True))
+        self.client = client
+        self.turn = 0
+        self.protocols: set[str] = set()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", HTTP_GATEWAY, endpoint or "-", *variants],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+        )
+
+    def ready(self) -> None:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"the gateway process of {list(self.names.values())} did not start")
+        for variant, url in json.loads(line).items():
+            answer = self.client.ask({"connect": self.names[variant], "url": url, "warm": WARM_UP})
+            self.protocols.add(answer["protocol"])
+
+    def cpu(self) -> float:
+        """The gateway process's CPU time so far, in seconds (it reads it itself: exact)."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write("cpu\n")
+        self.process.stdin.flush()
+        return float(self.process.stdout.readline())
+
+    def round(self, calls: int, rounds: dict[str, list[dict[str, float]]]) -> None:
+        variants = list(self.names)
+        k = self.turn % len(variants)
+        self.turn += 1
+        for variant in variants[k:] + variants[:k]:
+            name = self.names[variant]
+            cpu = self.cpu()
+            figures = self.client.ask({"run": name, "calls": calls})
+            figures["cpu_ms"] = (self.cpu() - cpu) / calls * 1000
+            rounds.setdefault(name, []).append(figures)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("\n")
+        self.process.stdin.close()
+        self.process.wait(timeout=120)
+
+
+def measure(
+    rounds: int, calls: int, baseline: str, compare: str | None = None, http_calls: int = 200
+) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span as OTLPSpan
+
     from tests._otlp import OTLPReceiver
 
     current = ROOT / "src"
     figures: dict[str, list[dict[str, float]]] = {}
     load_before = os.getloadavg()[0]
-    with OTLPReceiver() as rx, tempfile.TemporaryDirectory() as tmp:
+    # The HTTP workload's gateway exports to a receiver of its own: what it received is its own.
+    with OTLPReceiver() as rx, OTLPReceiver() as http_rx, tempfile.TemporaryDirectory() as tmp:
         before_src = extract(baseline, Path(tmp) / "before")
-        workers = [
+        client = HTTPClient()
+        workers: list[Worker | HTTPWorker] = [
             # On and off side by side in one process: the same scheduling, the same neighbours.
             Worker(current, rx.endpoint, ["on", "off"], ["on", "off"]),
             # Off and before each alone: neither process holds an exporter's threads.
@@ -233,6 +417,14 @@ def measure(rounds: int, calls: int, baseline: str, compare: str | None = None) 
         if compare is not None:
             compare_src = extract(compare, Path(tmp) / "compare")
             workers.append(Worker(compare_src, rx.endpoint, ["on", "off"], ["on_compare", "off_compare"]))
+        http_workers = [
+            # The same three processes' variants, served over the HTTP front to real clients
+            # in another process (one for all: the client side is the same for every variant).
+            HTTPWorker(current, http_rx.endpoint, ["on", "off"], ["http_on", "http_off"], client),
+            HTTPWorker(current, "", ["off"], ["http_off_alone"], client),
+            HTTPWorker(before_src, "", ["off"], ["http_before"], client),
+        ]
+        workers += http_workers
         try:
             for w in workers:
                 w.ready()
@@ -240,13 +432,17 @@ def measure(rounds: int, calls: int, baseline: str, compare: str | None = None) 
             for n in range(rounds):
                 k = n % len(workers)
                 for w in workers[k:] + workers[:k]:
-                    w.round(calls, figures)
+                    w.round(http_calls if isinstance(w, HTTPWorker) else calls, figures)
             seconds = time.perf_counter() - started
         finally:
             for w in workers:
                 w.close()
+            client.close()
         spans = len(rx.spans())
         metric_exports = len(rx.metrics)
+        http_spans = http_rx.spans()
+        http_metric_exports = len(http_rx.metrics)
+        protocols = sorted(set().union(*(w.protocols for w in http_workers)))
 
     def figure(name: str, key: str) -> float:
         return statistics.median(r[key] for r in figures[name])
@@ -270,6 +466,40 @@ def measure(rounds: int, calls: int, baseline: str, compare: str | None = None) 
     floor_ms = figure("sdk_floor", "p50_ms")
     on_over_off = ratio("on", "off")
     off_over_before = ratio("off_alone", "before")
+    http_names = ["http_on", "http_off", "http_off_alone", "http_before"]
+    http_on_over_off = ratio("http_on", "http_off")
+    http_off_over_before = ratio("http_off_alone", "http_before")
+    http = {
+        "calls_per_round": http_calls,
+        "protocol_versions": protocols,
+        "p50_ms": {n[5:]: round(figure(n, "p50_ms"), 4) for n in http_names},
+        "mean_ms": {n[5:]: round(figure(n, "mean_ms"), 4) for n in http_names},
+        # The gateway's process only (gateways, their in-process upstream, exporter threads);
+        # the clients' process is not counted.
+        "gateway_cpu_ms_per_call": {n[5:]: round(figure(n, "cpu_ms"), 4) for n in http_names},
+        "ratios": {
+            "on_over_off_p50": http_on_over_off,
+            "on_over_off_p50_paired": paired("http_on", "http_off"),
+            "on_over_off_cpu": ratio("http_on", "http_off", "cpu_ms"),
+            "off_over_before_p50": http_off_over_before,
+            "off_over_before_p50_paired": paired("http_off_alone", "http_before"),
+            "off_over_before_cpu": ratio("http_off_alone", "http_before", "cpu_ms"),
+        },
+        "round_spread": {n[5:]: spread(n) for n in http_names},
+        # What the "on" gateway's own receiver decoded: every span, and the calls whose request
+        # (SERVER) span arrived, against the calls its client made (warm-up included).
+        "calls_made_on": WARM_UP + rounds * http_calls,
+        "calls_traced_on": sum(
+            1
+            for x in http_spans
+            if x.name == "tools/call echo_meta" and x.span.kind == OTLPSpan.SPAN_KIND_SERVER
+        ),
+        "spans_received": len(http_spans),
+        "metric_exports_received": http_metric_exports,
+        "met": http_on_over_off <= TARGET_ON_OVER_OFF,
+        "off_within_spread_of_before": abs(http_off_over_before - 1)
+        <= max(spread("http_off_alone"), spread("http_before")),
+    }
     compared: dict[str, Any] = {}
     if compare is not None:
         pair = ["on_compare", "off_compare"]
@@ -324,25 +554,27 @@ def measure(rounds: int, calls: int, baseline: str, compare: str | None = None) 
         "met": on_over_off <= TARGET_ON_OVER_OFF,
         "off_within_spread_of_before": abs(off_over_before - 1) <= max(spread("off_alone"), spread("before")),
         **compared,
+        "http": http,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--calls", type=int, default=300, help="calls per worker and round")
+    parser.add_argument("--calls", type=int, default=300, help="calls per in-process variant and round")
+    parser.add_argument("--http-calls", type=int, default=200, help="calls per HTTP variant and round")
     parser.add_argument("--baseline", help="the commit of the build without the hooks")
     parser.add_argument("--compare", help="also measure on and off from this commit's source tree")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
-    if args.rounds < 1 or args.calls < 1:
-        parser.error("--rounds and --calls must be at least 1")
-    report = measure(args.rounds, args.calls, baseline_commit(args.baseline), args.compare)
+    if min(args.rounds, args.calls, args.http_calls) < 1:
+        parser.error("--rounds, --calls and --http-calls must be at least 1")
+    report = measure(args.rounds, args.calls, baseline_commit(args.baseline), args.compare, args.http_calls)
     print(json.dumps(report, indent=1))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1) + "\n")
-    return 0 if report["met"] else 1
+    return 0 if report["met"] and report["http"]["met"] else 1
 
 
 if __name__ == "__main__":

@@ -200,17 +200,28 @@ def audit_table() -> str:
 
 
 def otel_table() -> str:
-    """A gateway call's latency and CPU time with OpenTelemetry on, off, and before its hooks."""
+    """A gateway call's latency and CPU time with OpenTelemetry on, off, and before its hooks,
+    called by an in-process client and, when measured, by a real client over streamable HTTP."""
     d = _load("otel_overhead")
+    http = d.get("http")
     labels = {
         "on": "telemetry on (exporting)",
         "off": "telemetry off, beside it in the same process",
         "off_alone": "telemetry off, in a process of its own",
         "before": "before the telemetry hooks, in a process of its own",
     }
-    rows = ["| gateway | p50 latency per call | CPU per call |", "|---|---:|---:|"]
+    if http is None:
+        rows = ["| gateway | p50 latency per call | CPU per call |", "|---|---:|---:|"]
+    else:
+        rows = [
+            "| gateway | in-process client: p50 latency | CPU | HTTP client: p50 latency | gateway CPU |",
+            "|---|---:|---:|---:|---:|",
+        ]
     for key, label in labels.items():
-        rows.append(f"| {label} | {number(d['p50_ms'][key])} ms | {number(d['cpu_ms_per_call'][key])} ms |")
+        row = f"| {label} | {number(d['p50_ms'][key])} ms | {number(d['cpu_ms_per_call'][key])} ms |"
+        if http is not None:
+            row += f" {number(http['p50_ms'][key])} ms | {number(http['gateway_cpu_ms_per_call'][key])} ms |"
+        rows.append(row)
     r = d["ratios"]
     floor = ""
     if "sdk_span_floor_ms_per_call" in d:
@@ -219,12 +230,28 @@ def otel_table() -> str:
             f"process, is {number(d['sdk_span_floor_ms_per_call'])} ms: "
             f"{number(d['sdk_span_floor_ratio'])}x off by itself."
         )
-    return "\n".join(rows) + (
-        f"\n\nOn over off: {number(r['on_over_off_p50'])}x the p50 latency "
+    text = (
+        f"\n\nIn-process client: on over off {number(r['on_over_off_p50'])}x the p50 latency "
         f"({number(r['on_over_off_p50_paired'])}x round by round), "
         f"{number(r['on_over_off_cpu'])}x the CPU time; off over before: "
         f"{number(r['off_over_before_p50'])}x the p50 latency, {number(r['off_over_before_cpu'])}x "
         f"the CPU time. Medians of {d['rounds']} alternating rounds of {d['calls_per_round']:,} "
         f"calls per variant ({d['machine']}); on and off ran side by side in one process, off "
-        "and before each in one of their own." + floor
+        "and before each in one of their own, each with an in-process client (the CPU time is "
+        "the client's and the gateway's together)." + floor
     )
+    if http is not None:
+        h = http["ratios"]
+        text += (
+            f"\n\nHTTP client (the `mcp` SDK's streamable-HTTP client in another process, protocol "
+            f"{', '.join(http['protocol_versions'])}; the gateways in the same three arrangements,"
+            " served over the gateway's HTTP front): on over off "
+            f"{number(h['on_over_off_p50'])}x the p50 latency ({number(h['on_over_off_p50_paired'])}x "
+            f"round by round), {number(h['on_over_off_cpu'])}x "
+            f"the gateway process's CPU time; off over before: {number(h['off_over_before_p50'])}x the "
+            f"p50 latency, {number(h['off_over_before_cpu'])}x the CPU time. {http['calls_per_round']:,} "
+            f"calls per variant in each of the same rounds. The receiver decoded "
+            f"{http['spans_received']:,} spans from the gateway with telemetry on, the request span of "
+            f"{http['calls_traced_on']:,} of its {http['calls_made_on']:,} calls."
+        )
+    return "\n".join(rows) + text

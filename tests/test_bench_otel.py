@@ -1,8 +1,9 @@
 """``benchmarks/otel_overhead.py`` runs end to end in a tiny configuration and reports its figures.
 
 Its ratio target is the benchmark's to check on a full run; here only what does not depend on
-the machine's speed is asserted: every variant ran its rounds, and the ``on`` worker's spans and
-metrics reached the receiver.
+the machine's speed is asserted: every variant of both workloads (in-process client, real client
+over streamable HTTP) ran its rounds, and the ``on`` gateways' spans and metrics reached the
+receivers.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_the_otel_benchmark_runs_and_the_on_variant_exports(tmp_path: Path) -> None:
     out = tmp_path / "otel.json"
     # The baseline is the checked-out commit itself: no history needed (a shallow clone works).
-    argv = ["--rounds", "2", "--calls", "5", "--baseline", "HEAD", "--json", str(out)]
+    argv = ["--rounds", "2", "--calls", "5", "--http-calls", "4", "--baseline", "HEAD", "--json", str(out)]
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "otel_overhead.py"), *argv],
         capture_output=True,
@@ -40,3 +41,14 @@ def test_the_otel_benchmark_runs_and_the_on_variant_exports(tmp_path: Path) -> N
     assert report["spans_received"] >= 3 * (200 + 2 * 5)
     assert report["metric_exports_received"] >= 1
     assert isinstance(report["met"], bool)
+    http = report["http"]
+    for figures in ("p50_ms", "mean_ms", "gateway_cpu_ms_per_call"):
+        assert set(http[figures]) == {"on", "off", "off_alone", "before"}
+        assert all(v > 0 for v in http[figures].values())
+    assert set(http["ratios"]) == set(report["ratios"])
+    assert http["protocol_versions"] and isinstance(http["met"], bool)
+    # Every call the HTTP client made to the gateway with telemetry on arrived as a request span.
+    assert http["calls_made_on"] == 200 + 2 * 4
+    assert http["calls_traced_on"] == http["calls_made_on"]
+    assert http["spans_received"] >= 3 * http["calls_made_on"]
+    assert http["metric_exports_received"] >= 1
