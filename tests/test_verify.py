@@ -124,3 +124,30 @@ def test_drawing_stops_at_the_time_limit() -> None:
 def test_a_non_object_schema_is_a_schema_error() -> None:
     with pytest.raises(SchemaError):
         verify_tool({"name": "t", "inputSchema": []}, TOOL)
+
+
+def test_equal_schemas_are_judged_once_and_keep_their_own_verdicts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from residency import _verify
+
+    built: list[object] = []
+    real_judge = _verify._judge
+
+    def counting_judge(schema: Any) -> Any:
+        built.append(schema)
+        return real_judge(schema)
+
+    monkeypatch.setattr(_verify, "_judge", counting_judge)
+    lost_max = broken(lambda s: s["properties"]["count"].pop("maximum"))
+    levels = {
+        "same": copy.deepcopy(TOOL),
+        "lost": lost_max,
+        "lost again": copy.deepcopy(lost_max),
+        "other": broken(lambda s: s["properties"]["kind"].pop("enum")),
+    }
+    results = verify_levels(TOOL, levels, max_examples=0)
+    # The original, then one judge for each schema not seen before.
+    assert built == [TOOL["inputSchema"], lost_max["inputSchema"], levels["other"]["inputSchema"]]
+    assert results["same"].ok and results["same"].instances > 0
+    assert not results["lost"].ok and results["lost again"] == results["lost"]
+    alone = verify_tool(TOOL, levels["other"], max_examples=0)
+    assert results["other"] == alone and not alone.ok

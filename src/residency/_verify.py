@@ -19,6 +19,7 @@ instance is judged by a ``jsonschema`` validator for the original (its declared 
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterator, Mapping
@@ -400,16 +401,42 @@ def verify_levels(
     judge = _judge(schema)
     verdicts = [judge(x) for _, _, x in instances]
     accepted = sum(v is True for v in verdicts)
+    # A schema equal to one already judged gets the same verdicts: it is judged once. One equal
+    # to the original cannot disagree with it (levels often leave a small schema as it was).
+    judged: dict[str, tuple[Disagreement, ...]] = {}
+    original_text = _text(schema)
+    if original_text is not None:
+        judged[original_text] = ()
     results: dict[str, VerifyResult] = {}
     for key, tool in minified.items():
-        other = _judge(_schema_of(tool))
-        found = []
-        for (path, kind, instance), verdict in zip(instances, verdicts, strict=True):
-            theirs = other(instance)
-            if theirs != verdict:
-                found.append(Disagreement(name, path, kind, instance, verdict is True, theirs is True))
-        results[key] = VerifyResult(name, len(instances), accepted, label, tuple(found), timed_out)
+        theirs_schema = _schema_of(tool)
+        text = _text(theirs_schema)
+        found = judged.get(text) if text is not None else None
+        if found is None:
+            found = _disagreements(name, instances, verdicts, _judge(theirs_schema))
+            if text is not None:
+                judged[text] = found
+        results[key] = VerifyResult(name, len(instances), accepted, label, found, timed_out)
     return results
+
+
+def _text(schema: Mapping[str, Any]) -> str | None:
+    """The schema as exact JSON text (key order kept), or None when it is not plain JSON."""
+    try:
+        return json.dumps(schema, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+
+
+def _disagreements(
+    name: str, instances: list[tuple[str, str, object]], verdicts: list[bool | str], other: Any
+) -> tuple[Disagreement, ...]:
+    found = []
+    for (path, kind, instance), verdict in zip(instances, verdicts, strict=True):
+        theirs = other(instance)
+        if theirs != verdict:
+            found.append(Disagreement(name, path, kind, instance, verdict is True, theirs is True))
+    return tuple(found)
 
 
 def verify_tool(
