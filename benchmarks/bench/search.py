@@ -552,34 +552,38 @@ def p50_per_query(
 
 def seed_copies(catalog: Catalog, original: Catalog) -> int:
     """Give every renamed copy in ``catalog`` its original's cached vector; returns how many."""
-    embedder = default_embedder()
-    if embedder is None:
-        return 0
     cache = embedding_cache()
     by_pair = {(e.server, e.upstream_name): vector_key(_indexed(e)) for e in original.entries()}
     seeded = 0
-    for entry in catalog.entries():
-        source = entry.upstream_name
-        base = source.rsplit("_", 1)[0] if source.rsplit("_", 1)[-1].isdigit() else source
-        key = by_pair.get((entry.server, base))
-        vector = cache.get(embedder.name, key) if key is not None else None
-        own = vector_key(_indexed(entry))
-        if vector is not None and cache.get(embedder.name, own) is None:
-            cache.put(embedder.name, own, vector)
-            seeded += 1
+    for model in _models():
+        for entry in catalog.entries():
+            source = entry.upstream_name
+            base = source.rsplit("_", 1)[0] if source.rsplit("_", 1)[-1].isdigit() else source
+            key = by_pair.get((entry.server, base))
+            vector = cache.get(model, key) if key is not None else None
+            own = vector_key(_indexed(entry))
+            if vector is not None and cache.get(model, own) is None:
+                cache.put(model, own, vector)
+                seeded += 1
     return seeded
+
+
+def _models() -> list[str]:
+    """The names the installed model's vectors are cached under (one per model it combines)."""
+    embedder = default_embedder()
+    if embedder is None:
+        return []
+    return [p.name for p in getattr(embedder, "parts", (embedder,))]
 
 
 def _seed_vectors(tools: Sequence[IndexedTool], entries: Sequence[CatalogEntry]) -> None:
     """Give each of ``tools`` the cached vector of the catalog entry of the same position."""
-    embedder = default_embedder()
-    if embedder is None:
-        return
     cache = embedding_cache()
-    for tool, entry in zip(tools, entries, strict=True):
-        vector = cache.get(embedder.name, vector_key(_indexed(entry)))
-        if vector is not None:
-            cache.put(embedder.name, vector_key(tool), vector)
+    for model in _models():
+        for tool, entry in zip(tools, entries, strict=True):
+            vector = cache.get(model, vector_key(_indexed(entry)))
+            if vector is not None:
+                cache.put(model, vector_key(tool), vector)
 
 
 def _indexed(entry: CatalogEntry) -> IndexedTool:
@@ -591,9 +595,9 @@ def _handler(session: Session, catalog: Catalog, query: str) -> object:
 
 
 def _embed_query(embedder: Any, query: str) -> object:
-    from residency._search._text import embedding_query
+    from residency._search._semantic import query_vector
 
-    return embedder.embed([embedding_query(query)])
+    return query_vector(embedder, query)
 
 
 def _index_query(index: ToolIndex, ranker: Ranker, query: str) -> object:
@@ -623,6 +627,8 @@ def _run(args: argparse.Namespace) -> BenchReport:
     names = label_names(catalog)
     semantic = not args.no_semantic and default_embedder() is not None
     data: dict[str, Any] = {"tools": len(catalog), "queries": len(queries), "semantic_model": semantic}
+    if semantic:
+        data["model"] = default_embedder().name  # type: ignore[union-attr]
     if parts != PARTS or sample > 1:
         data["partial"] = {"parts": list(parts), "every_kth_query": sample}
     data["load_average_at_start"] = _load()
@@ -772,6 +778,16 @@ def _latency(
         embedder = default_embedder() if semantic else None
         if embedder is not None:  # the model's fixed cost per query, whatever the catalog's size
             p50["embed_query"] = p50_per_query(partial(_embed_query, embedder), texts)
+            if not is_big:  # queries in other languages (a second model may embed them too)
+                others = [q["query"] for q in json.loads(default_queries().with_name(
+                    "corpus-multilingual.json").read_text())["queries"]]  # fmt: skip
+                p50["embed_query_non_english"] = p50_per_query(partial(_embed_query, embedder), others)
+                p50["search_tools_non_english"] = p50_per_query(
+                    partial(_handler, session, big), others, before=shared.forget_queries
+                )
+                report.add(
+                    "embedding one non-English query alone, p50", p50["embed_query_non_english"] * 1e3, "ms"
+                )
         timings.update({f"p50_{name}_seconds": seconds for name, seconds in p50.items()})
         timings.update({f"p50_{name}_cpu_seconds": seconds for name, seconds in cpu.items()})
         timings["load_average"] = [*load, *_load()]

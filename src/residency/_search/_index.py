@@ -56,11 +56,11 @@ from residency._search._semantic import (
     Vectors,
     default_embedder,
     embedding_cache,
+    query_vector,
 )
 from residency._search._text import (
     EMBEDDING_VERSION,
     document_terms,
-    embedding_query,
     embedding_texts,
     query_terms,
     sentences,
@@ -310,7 +310,7 @@ class ToolIndex:
         with self._lock:
             found = self._query_vectors.get(query)
         if found is None:
-            found = self._embedder.embed([embedding_query(query)])[0]
+            found = query_vector(self._embedder, query)
             with self._lock:
                 self._query_vectors[query] = found
                 while len(self._query_vectors) > 256:

