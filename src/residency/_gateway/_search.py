@@ -34,6 +34,7 @@ from residency._search import (
     ToolIndex,
     default_embedder,
     embedding_cache,
+    model_expected,
     search,
     shared_index,
     summary_line,
@@ -43,6 +44,7 @@ from residency._store._protocol import Store
 from residency._store._sqlite import SQLiteStore
 
 __all__ = [
+    "QUIET_START",
     "SEARCH_META_KEY",
     "SearchHit",
     "SearchStatus",
@@ -133,6 +135,9 @@ def vector_directory(store: Store) -> Path | None:
 # -- the warm-up ------------------------------------------------------------------------------
 
 
+QUIET_START = 2.0
+"""Seconds, at most, a warm-up told to wait for a gateway's first answers waits."""
+
 SearchState = Literal["ready", "computing", "failed", "off", "absent"]
 
 
@@ -143,7 +148,7 @@ class SearchStatus:
     ``state``: ``ready`` (the vectors are ready: fusion answers), ``computing`` (BM25 answers
     until they are), ``failed`` (computing them failed: BM25 answers this catalog), ``off``
     (``RESIDENCY_SEARCH_RANKER=bm25``) or ``absent`` (no semantic model installed). ``tools``:
-    the catalog's size; ``model``: the semantic model's name, if any; ``cache``: where the
+    the catalog's size; ``model``: the semantic model's name, once loaded; ``cache``: where the
     vectors are kept between runs (None: in memory only).
     """
 
@@ -161,12 +166,16 @@ def _status(index: ToolIndex | None, settled: bool, tools: int) -> SearchStatus:
     cache = embedding_cache().directory()
     if os.environ.get(RANKER_ENV, "").strip().lower() == "bm25":
         return SearchStatus("off", tools, None, cache)
-    model = default_embedder()  # loaded once per process (the warm-up has usually done it)
-    if model is None:
+    if (index is not None and index.vectors_ready) or settled:
+        model = default_embedder()  # loaded once per process (by the warm-up, which is done)
+        if model is None:
+            return SearchStatus("absent", tools, None, cache)
+        state: SearchState = "ready" if index is not None and index.vectors_ready else "failed"
+        return SearchStatus(state, tools, model.name, cache)
+    # The warm-up may be loading the model meanwhile: told without waiting for it.
+    if not model_expected():
         return SearchStatus("absent", tools, None, cache)
-    if index is not None and index.vectors_ready:
-        return SearchStatus("ready", tools, model.name, cache)
-    return SearchStatus("failed" if settled else "computing", tools, model.name, cache)
+    return SearchStatus("computing", tools, None, cache)
 
 
 def idle_status(tools: int) -> SearchStatus:
@@ -182,19 +191,35 @@ class SearchWarmup:
         on_ready: called (in the warm-up's thread) with the warm-up and the seconds since it
             started when vectors that were not ready at once become ready (two warm-ups of the
             same tools share an index, and may both call it).
+        after: when given, the thread waits until it is set, and at most ``QUIET_START``
+            seconds, before it begins (a gateway's first answers go first).
     """
 
     def __init__(
-        self, catalog: Catalog, *, on_ready: Callable[[SearchWarmup, float], None] | None = None
+        self,
+        catalog: Catalog,
+        *,
+        on_ready: Callable[[SearchWarmup, float], None] | None = None,
+        after: threading.Event | None = None,
     ) -> None:
         self.tools = len(catalog)
         self._index: ToolIndex | None = None
         self._settled = threading.Event()
         threading.Thread(
-            target=self._run, args=(catalog, on_ready), name="residency-search-warmup", daemon=True
+            target=self._run,
+            args=(catalog, on_ready, after),
+            name="residency-search-warmup",
+            daemon=True,
         ).start()
 
-    def _run(self, catalog: Catalog, on_ready: Callable[[SearchWarmup, float], None] | None) -> None:
+    def _run(
+        self,
+        catalog: Catalog,
+        on_ready: Callable[[SearchWarmup, float], None] | None,
+        after: threading.Event | None,
+    ) -> None:
+        if after is not None:
+            after.wait(QUIET_START)
         started = time.monotonic()
         waited = False
         try:

@@ -38,7 +38,11 @@ Each catalog built is warmed for search at once (``_search.SearchWarmup``: its i
 its vectors computed in a thread), and before it serves the gateway waits for those vectors
 within what is left of ``ready_wait`` and at most ``search_wait``, so that its first searches
 are fused where the vectors come from the cache (kept beside the store, ``vector_directory``) or
-the catalog is small; past it, BM25 answers until they are ready, and the log says when.
+the catalog is small; past it, BM25 answers until they are ready, and the log says when. A
+gateway that does not wait (``search_wait`` 0, as the demo) starts that warm-up once its first
+``tools/list`` is answered, or ``QUIET_START`` seconds after it began serving: importing numpy
+and loading the model holds the GIL for most of a second, which would delay a newly spawned
+gateway's first answers (``initialize``, the first list) by as much.
 """
 
 from __future__ import annotations
@@ -100,6 +104,8 @@ from residency._store._protocol import Store
 from residency._text import printable
 
 if TYPE_CHECKING:
+    import mcp_types as types
+
     from residency._gateway._fanout import Fanout
     from residency._gateway._tracing import Tracing
 
@@ -246,6 +252,7 @@ class Gateway:
         self._catalog_count.set_result(0)
         self._gauged: Future[int] | None = None
         self._warmup: SearchWarmup | None = None  # the current catalog's
+        self._first_list = threading.Event()  # set once a tools/list has been answered
         self._vectors_news = False  # vectors ready from now on are logged (before: the summary)
         self._announced: weakref.WeakSet[ToolIndex] = weakref.WeakSet()  # indexes logged ready
         self._announcing = threading.Lock()
@@ -340,7 +347,8 @@ class Gateway:
             with anyio.move_on_after(self.config.residency.ready_wait):
                 await settled.wait()
         # No await from here on: an upstream that starts after this line is applied by its task.
-        self._rebuild_catalog()
+        waits = min(ready_by - anyio.current_time(), self.config.residency.search_wait) > 0
+        self._rebuild_catalog(after_first_list=not waits)
         self._serving = True
         await self._wait_for_vectors(ready_by)
 
@@ -366,7 +374,7 @@ class Gateway:
 
     # -- the catalog -------------------------------------------------------------------------
 
-    def _rebuild_catalog(self) -> None:
+    def _rebuild_catalog(self, *, after_first_list: bool = False) -> None:
         offered: dict[str, list[JSONObject]] = {}
         for name, upstream in self.upstreams.items():
             offered[name] = [t for t in upstream.tools if self._usable(name, t)]
@@ -387,7 +395,11 @@ class Gateway:
         # Only telemetry needs it, first at the first list: counted meanwhile, beside the loop.
         self._catalog_count = count_tokens_aside(self.catalog.definitions())
         # The search index and its vectors too, so that searches need not wait for them.
-        self._warmup = SearchWarmup(self.catalog, on_ready=self._vectors_ready)
+        # Unless the gateway waits for them before it serves, they wait for the first list to be
+        # answered (at most QUIET_START seconds): numpy and the model load in another thread,
+        # but a thread that imports holds the GIL, and would slow the client's first answers.
+        gate = self._first_list if after_first_list else None
+        self._warmup = SearchWarmup(self.catalog, on_ready=self._vectors_ready, after=gate)
 
     def _vectors_ready(self, warmup: SearchWarmup, seconds: float) -> None:
         """Called in the warm-up's thread: said once serving began, once per index, and only for
@@ -673,7 +685,7 @@ class Gateway:
             version=_version(),
             instructions=_instructions(self.config.residency.delivery),
             get_tool_input_schema=self._input_schema,
-            on_list_tools=self._listing.list_tools,
+            on_list_tools=self._list_tools,
             on_call_tool=self._calls.handle,
             on_list_resources=self._resources.list_resources,
             on_list_resource_templates=self._resources.list_templates,
@@ -687,6 +699,14 @@ class Gateway:
         if self.gate is not None:
             server.middleware.append(self.gate)
         return server
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        try:
+            return await self._listing.list_tools(ctx, params)
+        finally:
+            self._first_list.set()
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         if self.policy.configured:

@@ -23,6 +23,7 @@ from residency._search._semantic import (
     EmbeddingCache,
     default_embedder,
     embedding_cache,
+    model_expected,
 )
 from residency._search._text import (
     document_terms,
@@ -48,6 +49,7 @@ __all__ = (
     "default_embedder",
     "document_terms",
     "embedding_cache",
+    "model_expected",
     "embedding_query",
     "embedding_texts",
     "query_terms",

