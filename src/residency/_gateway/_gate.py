@@ -47,10 +47,8 @@ from residency._gateway import _meta_tools as meta
 from residency._gateway._audit import DENIED_REASONS, PENDING, AuditLog, Decision, Note
 from residency._gateway._calls import CALL_META_KEY
 from residency._gateway._config import ResidencySettings, Secrets
-from residency._gateway._connection import IDENTITY_STATE, session_key
+from residency._gateway._connection import IDENTITY_STATE, PRINCIPAL_STATE, session_key
 from residency._gateway._errors import ERROR_META_KEY, to_mcp_error
-from residency._gateway._oauth import Principal
-from residency._gateway._oauth_http import PRINCIPAL_STATE
 from residency._gateway._rate_limit import ANONYMOUS_IDENTITY, RateLimiter
 
 __all__ = ["UNGATED", "Caller", "RequestGate", "caller_of", "request_gate"]
@@ -95,8 +93,12 @@ def caller_of(ctx: ServerRequestContext[Any, Any]) -> Caller:
     principal = state.get(PRINCIPAL_STATE)
     identity = state.get(IDENTITY_STATE)
     identity = identity if isinstance(identity, str) else None
-    if isinstance(principal, Principal):
-        return Caller(identity or principal.identity, principal.subject)
+    if principal is not None:
+        # Only an OAuth front sets it, and that front has imported the module already.
+        from residency._gateway._oauth import Principal
+
+        if isinstance(principal, Principal):
+            return Caller(identity or principal.identity, principal.subject)
     return Caller(identity, identity)
 
 

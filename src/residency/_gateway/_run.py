@@ -59,7 +59,6 @@ from residency._gateway._config import (
     parse_config,
 )
 from residency._gateway._demo import IncidentDesk
-from residency._gateway._http import bind, exposure_problem, is_loopback, serve_http, token_problem
 from residency._gateway._meta_tools import listed_meta_tools
 from residency._gateway._oauth_config import OAuthSettings
 from residency._gateway._search import SearchStatus
@@ -191,6 +190,8 @@ class ServeOptions:
             )
         insecure = bool(args.insecure)
         if args.transport == "http":
+            from residency._gateway._http import exposure_problem
+
             problem = exposure_problem(args.host, token, insecure=insecure or auth is not None)
             if problem is not None:
                 raise ConfigError(problem, where="--host")
@@ -231,6 +232,8 @@ def _token(args: argparse.Namespace, environ: Mapping[str, str], config: Gateway
         token, source = config.residency.token.get_secret_value(), f"{config.source}: residency.token"
     else:
         return None
+    from residency._gateway._http import token_problem
+
     problem = token_problem(token)
     if problem is not None:
         raise ConfigError(f"the bearer token ({source}) {problem}", where=source)
@@ -284,6 +287,8 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
                 f"(resource {printable(options.auth.resource)})"
             )
         lines.append(f"transport http{where}{auth}")
+        from residency._gateway._http import is_loopback
+
         if not options.token and options.auth is None and not is_loopback(options.host):
             lines.append(
                 f"WARNING: no bearer token on {options.host} (--insecure): whoever can reach it can "
@@ -479,6 +484,9 @@ async def _run_gateway(options: ServeOptions) -> None:
             _say(startup_summary(gateway, options))
             await serve_stdio(gateway)
         return
+    # The HTTP front (Starlette, uvicorn, the web UI) is imported only for this transport.
+    from residency._gateway._http import bind, serve_http
+
     # Bound before the upstreams start, so a taken port fails at once, not after their startup.
     sock = bind(options.host, options.port)
 

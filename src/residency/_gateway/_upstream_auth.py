@@ -45,8 +45,8 @@ import httpx2
 
 from residency._errors import UpstreamFailure
 from residency._gateway._config import HTTPServer, Secrets
+from residency._gateway._connection import PRINCIPAL_STATE
 from residency._gateway._credentials_config import CredentialsSettings
-from residency._gateway._oauth_http import PRINCIPAL_STATE
 from residency._gateway._token_cache import Fetched, TokenCache
 from residency._text import printable
 
