@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any, cast
 
 from residency._cli import COMMANDS
 from residency._cli._bench import BENCHES
@@ -59,3 +60,15 @@ def test_bench_help_lists_every_bench_without_importing_one() -> None:
     for name, bench in BENCHES.items():
         assert name in help_text
         assert bench.summary.split()[0] in help_text
+
+
+def test_the_startup_bench_times_serve_answering_a_host() -> None:
+    """One round of the bench's ``serve`` figures: a spawned ``residency serve`` (the demo desk)
+    answers ``initialize`` and then its first ``tools/list``; each figure is a real wait."""
+    from benchmarks.cli_startup import ROOT, measure_serve
+
+    result = measure_serve(1, {"this tree": ROOT})
+    (row,) = cast("list[dict[str, Any]]", result["rows"])
+    assert row["revision"] == "this tree"
+    assert 0 < row["initialize_s"] <= row["tools_list_s"] < START
+    assert 0 < cast("float", result["import_mcp_s"]) < START
