@@ -27,7 +27,7 @@ def test_the_readme_example_is_the_embedding_page_s_snippet() -> None:
 def test_the_readme_commands_are_the_ones_ci_runs() -> None:
     [commands] = [b for b in blocks(TEXT, "README.md") if b.language == "sh"]
     assert "residency serve" in commands.body
-    assert 'pip install -e ".[test]" && pytest ' in commands.body
+    assert 'pip install -e ".[test]" && pytest -n auto ' in commands.body
     assert "pytest --run-slow" in commands.body
     # .ci/run installs the test extras (with the docs extra, in the same install) and runs the
     # full tier with --run-slow.
