@@ -272,21 +272,27 @@ def extract(commit: str, into: Path) -> Path:
     return into / "src"
 
 
+def _child(script: str, src: Path, endpoint: str, variants: list[str]) -> subprocess.Popen[str]:
+    """``script`` run by ``python -c`` with ``src`` (the version measured) first on its path,
+    told the OTLP ``endpoint`` (``-``: none) and its ``variants``; lines in and out on pipes."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
+    return subprocess.Popen(
+        [sys.executable, "-c", script, endpoint or "-", *variants],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(ROOT),
+    )
+
+
 class Worker:
     """A worker process running the gateways ``variants`` (``on``, ``off``) side by side; its
     figures are kept under ``names`` (the same order)."""
 
     def __init__(self, src: Path, endpoint: str, variants: list[str], names: list[str]) -> None:
         self.names = dict(zip(variants, names, strict=True))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", WORKER, endpoint or "-", *variants],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=str(ROOT),
-        )
+        self.process = _child(WORKER, src, endpoint, variants)
 
     def ready(self) -> None:
         assert self.process.stdout is not None
@@ -348,15 +354,7 @@ class HTTPWorker:
         self.client = client
         self.turn = 0
         self.protocols: set[str] = set()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", HTTP_GATEWAY, endpoint or "-", *variants],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=str(ROOT),
-        )
+        self.process = _child(HTTP_GATEWAY, src, endpoint, variants)
 
     def ready(self) -> None:
         assert self.process.stdout is not None

