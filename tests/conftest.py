@@ -52,7 +52,10 @@ def _use_ram_for_temporary_files() -> None:
     if shutil.disk_usage("/dev/shm").free < RAM_TMP_MIN_FREE:
         return
     where = Path("/dev/shm") / f"residency-tests-{os.getuid()}"
-    where.mkdir(mode=0o700, exist_ok=True)
+    where.mkdir(exist_ok=True)
+    # As /tmp is: other users may enter it (a private PostgreSQL server runs as ``postgres`` in
+    # a directory of its own here), each directory below keeps its own mode (``mkdtemp``: 0700).
+    where.chmod(0o1777)
     os.environ["TMPDIR"] = str(where)
     tempfile.tempdir = str(where)
 
