@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
@@ -60,6 +62,17 @@ def drop_schema(url: str, schema: str) -> None:
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@contextmanager
+def schema_url() -> Iterator[str]:
+    """A store URL on a throwaway schema of its own, dropped on exit (skips without a server)."""
+    base = pg_url()
+    schema = new_schema()
+    try:
+        yield with_params(base, schema=schema)
+    finally:
+        drop_schema(base, schema)
 
 
 def terminate(url: str, application_name: str) -> int:

@@ -17,7 +17,7 @@ from residency import (
     ToolArchived,
     ToolState,
 )
-from tests.postgres import drop_schema, new_schema, pg_url, with_params
+from tests.postgres import pg_url, schema_url
 from tests.test_chain_session import BIG, CHAIN, FAILURE, LARGE, SMALL, TOOLS, abandon, use
 
 TWO: tuple[list[str], str, dict[str, Any]] = (
@@ -40,10 +40,8 @@ def sqlite(path: Path) -> SQLiteStore:
 @pytest.fixture
 def pg_schema_url() -> Iterator[str]:
     """A PostgreSQL store URL in a throwaway schema (skips without ``RESIDENCY_PG_URL``)."""
-    base = pg_url()
-    schema = new_schema()
-    yield with_params(base, schema=schema)
-    drop_schema(base, schema)
+    with schema_url() as url:
+        yield url
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from residency._gateway._connection import SESSION_META_KEY
 from residency._gateway._http import bind, serve_http
 from residency._store._protocol import Store
 from tests._timing import STEP, UPSTREAMS_UP
-from tests.postgres import drop_schema, new_schema, pg_url, with_params
+from tests.postgres import schema_url
 
 ERAS = ("legacy", "modern")
 
@@ -160,9 +160,5 @@ async def agent(gateway: Gateway, era: str, key: str = "agent-1") -> AsyncIterat
 @pytest.fixture
 def store_url() -> Iterator[str]:
     """A PostgreSQL store URL on a schema of its own, dropped afterwards (skips without one)."""
-    base = pg_url()
-    schema = new_schema()
-    try:
-        yield with_params(base, schema=schema)
-    finally:
-        drop_schema(base, schema)
+    with schema_url() as url:
+        yield url

@@ -28,7 +28,7 @@ from residency._ui._front import store_dashboard
 from residency._ui._live import LiveUpdates, stopping_server
 from residency._ui._reads import ServedWith
 from tests._timing import CLEANUP, NOTICE, START, STEP
-from tests.postgres import drop_schema, new_schema, pg_url, with_params
+from tests.postgres import drop_schema, new_schema, pg_url, schema_url, with_params
 
 pytestmark = pytest.mark.anyio
 
@@ -39,10 +39,8 @@ SERVED = ServedWith("compact", delivery="list")
 
 @pytest.fixture
 def pg_store_url() -> Iterator[str]:
-    base = pg_url()
-    schema = new_schema()
-    yield with_params(base, schema=schema)
-    drop_schema(base, schema)
+    with schema_url() as url:
+        yield url
 
 
 @pytest.fixture
