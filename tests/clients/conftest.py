@@ -27,7 +27,7 @@ from tests.clients._serve import Served, Shared, serve_shared
 def shared_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     """The module's ``residency serve --transport http`` of ``scenario.config()``."""
     config = scenario.write_config(tmp_path_factory.mktemp("gateway"))
-    with serve_shared("--config", str(config)) as shared:
+    with serve_shared("--config", str(config), scenario.DEMO) as shared:
         yield shared
 
 
@@ -41,7 +41,7 @@ def gateway(shared_gateway: Shared) -> Served:
 def shared_reference_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     """The module's ``residency serve --transport http`` of ``scenario.reference_config()``."""
     config = scenario.write_reference_config(tmp_path_factory.mktemp("reference"))
-    with serve_shared("--config", str(config)) as shared:
+    with serve_shared("--config", str(config), scenario.DEMO) as shared:
         yield shared
 
 

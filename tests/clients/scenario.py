@@ -1,6 +1,10 @@
 """The scripted task every client runs through ``residency serve``.
 
-The gateway fronts the bundled incident desk as a real stdio upstream, with a schema budget of
+The gateway fronts the bundled incident desk, served in the gateway's own process
+(``residency serve --demo``: these tests are about the clients and the gateway they talk to,
+not about how the gateway reaches its upstreams, which ``tests/gateway`` covers with real stdio
+and HTTP upstreams; a desk process per gateway start would cost every stdio client step a
+second interpreter), with a schema budget of
 350 tokens at the ``compact`` level and the greedy planner (``"planner": "greedy"``): its list
 follows the budget turn by turn, so a short script sees tools pushed out (the gateway's default,
 stable planner, waits for 1.5 times the budget; ``tests/gateway`` covers it). Under that budget a
@@ -110,29 +114,29 @@ REFERENCE_STEPS: tuple[tuple[str, str, dict[str, Any]], ...] = (
 """(label, tool, arguments) for steps 2-6 of the by-reference task, in order."""
 
 
-def _desk() -> dict[str, Any]:
-    return {"desk": {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}}
+DEMO = "--demo"
+"""The ``residency serve`` option that adds the desk (in-process) to the configs below, which
+name no server of their own: ``serve_command`` passes it; a gateway started otherwise must too."""
 
 
 def config() -> dict[str, Any]:
-    """The gateway config: the desk as a stdio upstream, a tight schema budget, by list."""
+    """The gateway config (served with ``DEMO``): a tight schema budget, by list."""
     return {
-        "mcpServers": _desk(),
+        "mcpServers": {},
         "residency": {
             "budget": {"schema_tokens": BUDGET, "argument_tokens": 20000, "planner": "greedy"},
             "minify": "compact",
             "delivery": "list",
-            # Serve once the desk is up (a loaded machine starts it slowly): the first list is
-            # the one every client test asserts.
+            # Serve once the desk is up: the first list is the one every client test asserts.
             **UPSTREAMS_UP,
         },
     }
 
 
 def reference_config() -> dict[str, Any]:
-    """The by-reference task's config: the desk, one pinned tool, the default delivery."""
+    """The by-reference task's config (served with ``DEMO``): one pinned tool, the default delivery."""
     return {
-        "mcpServers": _desk(),
+        "mcpServers": {},
         "residency": {"pinned": [REFERENCE_PINNED], "minify": "compact", **UPSTREAMS_UP},
     }
 
@@ -152,8 +156,8 @@ def write_reference_config(directory: Path) -> Path:
 
 
 def serve_command(config_path: Path, *extra: str) -> list[str]:
-    """The command line of ``residency serve`` on this config (stdio unless ``extra`` says)."""
-    return [sys.executable, "-m", "residency", "serve", "--config", str(config_path), *extra]
+    """The command line of ``residency serve`` on this config and the desk (stdio unless ``extra`` says)."""
+    return [sys.executable, "-m", "residency", "serve", "--config", str(config_path), DEMO, *extra]
 
 
 def check_outcomes(outcomes: list[dict[str, Any]]) -> None:

@@ -50,9 +50,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 INSPECTOR = ROOT / "tests" / "peers" / "node_modules" / ".bin" / "mcp-inspector"
 CONNECT_TIMEOUT = SERVING
 """Seconds an Inspector run may wait for its connection: over stdio, a gateway starting and serving
-once its stdio desk is up (the Inspector's default is 30 s)."""
+once its desk is up (the Inspector's default is 30 s)."""
 RUN_TIMEOUT = START + CONNECT_TIMEOUT
-"""Seconds one Inspector run may take (node, and over stdio a gateway and its stdio desk)."""
+"""Seconds one Inspector run may take (node, and over stdio a gateway and its desk)."""
 
 SERVER_INFO = "io.modelcontextprotocol/serverInfo"
 

@@ -48,7 +48,7 @@ HANDSHAKE = "2025-11-25"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 
 RUN_TIMEOUT = scaled(240) + READY_WAIT
-"""Seconds one client run may take: node, the gateway, its stdio desk (the gateway serves once it
+"""Seconds one client run may take: node, the gateway, its desk (the gateway serves once it
 is up), twelve requests."""
 CONNECT_MS = round(SERVING * 1000)
 """Milliseconds the client may wait for its connection: over stdio, the gateway serving."""

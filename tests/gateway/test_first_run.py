@@ -126,6 +126,37 @@ def test_over_http_the_stop_line_names_ctrl_c_only() -> None:
     assert any(line.startswith("residency: ready: 0 tools from 0 upstreams (1 not up)") for line in lines)
 
 
+# -- --demo beside a config ---------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_demo_serves_the_desk_in_process_under_a_configs_own_settings(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.json"
+    config.write_text('{"mcpServers": {}, "residency": {"delivery": "list", "minify": "compact"}}')
+    options = _options("--config", str(config), "--demo")
+    assert options.config.residency.delivery == "list"  # the config's, not the demo's own
+    async with build_gateway(options) as gateway, Client(gateway.server) as client:
+        assert gateway.upstreams["desk"].kind == "in-process"
+        with anyio.fail_after(STEP):
+            listed = {t.name for t in (await client.list_tools()).tools}
+            result = await client.call_tool("get_incident", {"incident_id": "INC-7"})
+        lines = startup_summary(gateway, options).splitlines()
+    assert "call_tool" not in listed and "get_incident" in listed  # by list, as the config says
+    assert _structured(result)["title"] == "Payment API returning 502s"
+    assert "residency: upstream desk (in-process, the demo incident desk): 14 tools" in lines
+
+
+def test_demo_refuses_a_config_that_names_a_desk_of_its_own(tmp_path: Path) -> None:
+    from residency._errors import ConfigError
+
+    config = tmp_path / "gateway.json"
+    config.write_text('{"mcpServers": {"desk": {"command": "my-desk"}}}')
+    with pytest.raises(ConfigError, match="rename it or drop --demo") as caught:
+        _options("--config", str(config), "--demo")
+    assert caught.value.where == "--demo"
+    assert not _options("--config", str(config)).demo  # without --demo the config's desk is served
+
+
 # -- the process --------------------------------------------------------------------------------
 
 

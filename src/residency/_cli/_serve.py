@@ -103,6 +103,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--config", metavar="FILE", help="JSON config with 'mcpServers' (default: the demo desk)")
     p.add_argument(
+        "--demo",
+        action="store_true",
+        help="also serve the demo incident desk (in this process, as the upstream 'desk') beside "
+        "the config's servers: to try a config's settings without an upstream of your own",
+    )
+    p.add_argument(
         "--transport",
         choices=["stdio", "http"],
         default="stdio",

@@ -91,6 +91,9 @@ DEMO_WORKING_SET = (
 """The desk's tools the demo lists from the first turn: a read-only working set (look at
 incidents, their timelines, service health and metrics, find a runbook)."""
 
+DEMO_UPSTREAM = "desk"
+"""The demo desk's name among the upstreams (with no ``--config``, or with ``--demo``)."""
+
 DEMO_CONFIG = json.dumps(
     {
         "mcpServers": {},
@@ -150,6 +153,7 @@ class ServeOptions:
     """OAuth access tokens instead of ``token`` (``residency.auth``, HTTP only)."""
     timeout: float | None = None
     demo: bool = False
+    """Serve the demo desk in-process as ``DEMO_UPSTREAM``: no ``--config``, or ``--demo``."""
     secrets: Secrets = field(default_factory=Secrets)
     insecure: bool = False
 
@@ -160,8 +164,17 @@ class ServeOptions:
         Raises:
             ConfigError: the config file is missing or malformed.
         """
-        demo = args.config is None
-        config = parse_config(DEMO_CONFIG, source="<demo>") if demo else load_config(args.config)
+        demo = args.config is None or bool(args.demo)
+        if args.config is None:
+            config = parse_config(DEMO_CONFIG, source="<demo>")
+        else:
+            config = load_config(args.config)
+            if demo and DEMO_UPSTREAM in config.servers:
+                raise ConfigError(
+                    f"--demo serves the demo desk as the upstream '{DEMO_UPSTREAM}', and "
+                    f"{config.source} names a server '{DEMO_UPSTREAM}' already: rename it or drop --demo",
+                    where="--demo",
+                )
         if args.store:
             try:
                 settings = ResidencySettings.model_validate(
@@ -262,9 +275,9 @@ def startup_summary(gateway: Gateway, options: ServeOptions, url: str | None = N
     settings = gateway.config.residency
     lines: list[str] = []
     for name, upstream in gateway.upstreams.items():
-        what = (
-            f"{upstream.kind}, the demo incident desk" if options.demo and name == "desk" else upstream.kind
-        )
+        what = upstream.kind
+        if options.demo and name == DEMO_UPSTREAM:
+            what += ", the demo incident desk"
         lines.append(f"upstream {printable(name)} ({what}): {printable(redact(_upstream_state(upstream)))}")
     renamed, most = gateway.catalog.renamed(), 10  # a hostile upstream may offer thousands
     for moved in renamed[:most]:
@@ -447,7 +460,7 @@ def build_gateway(options: ServeOptions) -> Gateway:
     """The gateway ``serve`` runs for ``options`` (not entered): with no config, on the demo desk."""
     upstreams: dict[str, Server[Any]] = {}
     if options.demo:
-        upstreams["desk"] = IncidentDesk().server
+        upstreams[DEMO_UPSTREAM] = IncidentDesk().server
     return Gateway(
         options.config, upstreams=upstreams, default_session=options.session, timeout=options.timeout
     )
