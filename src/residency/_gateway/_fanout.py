@@ -87,6 +87,7 @@ class Fanout:
         self.channel = channel_of(schema)
         self._sender: psycopg.AsyncConnection[Any] | None = None
         self._sending = anyio.Lock()
+        self._closed = False
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         extra: dict[str, Any] = {k: v for k, v in _CONNECTION.items() if k not in self._given}
@@ -154,13 +155,20 @@ class Fanout:
                 fresh = self._sender is None or self._sender.closed
                 try:
                     if self._sender is None or self._sender.closed:
-                        self._sender = await self._connect()
+                        if self._closed:
+                            return  # the gateway is stopping: no new connection
+                        sender = await self._connect()
+                        if self._closed:  # closed while it connected: nothing will close it later
+                            with anyio.CancelScope(shield=True), suppress(psycopg.Error):
+                                await sender.close()
+                            return
+                        self._sender = sender
                     await self._sender.execute(
                         "SELECT pg_notify(%s, %s)", (self.channel, f"{SESSION_NOTICE}:{session_id}")
                     )
                     return
                 except psycopg.Error as exc:
-                    await self.aclose()
+                    await self._close_sender()
                     if fresh or retry:
                         # A lost notice only delays a list_changed: the next request catches up.
                         logger.warning(
@@ -169,7 +177,12 @@ class Fanout:
                         return
 
     async def aclose(self) -> None:
-        """Close the sending connection (the listener closes when its task is cancelled)."""
+        """Close the sending connection (the listener closes when its task is cancelled); a
+        notice sent after this opens none (a request still in flight as the gateway stops)."""
+        self._closed = True
+        await self._close_sender()
+
+    async def _close_sender(self) -> None:
         sender, self._sender = self._sender, None
         if sender is not None:
             with anyio.CancelScope(shield=True):
