@@ -42,7 +42,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from residency import SQLiteStore
-from residency._gateway import Gateway, load_config
+from residency._gateway import Gateway, IncidentDesk, load_config
 from residency._gateway import _meta_tools as meta
 from residency._gateway._demo import SCENARIO_READS, desk_tools
 from tests._timing import CLEANUP, SERVING, START, STEP, UPSTREAMS_UP
@@ -306,29 +306,36 @@ def demo_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def desk_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The desk (``desk_config``) behind one HTTP gateway, shared: each test has its session key."""
     folder = tmp_path_factory.mktemp("desk-gateway")
-    with shared_gateway(folder, "--config", str(desk_config(folder))) as url:
+    with shared_gateway(folder, "--config", str(desk_config(folder)), DEMO) as url:
         yield url
 
 
 @asynccontextmanager
-async def prepare(config: Path, db: Path, key: str) -> AsyncIterator[Client]:
+async def prepare(config: Path, db: Path, key: str, *, demo: bool = False) -> AsyncIterator[Client]:
     """A client of what ``residency serve --config CONFIG --store DB --session KEY`` serves, in process.
 
     For a session the peers then resume: their own gateway processes reopen it from the store.
     Preparing it needs no process of its own (the upstreams in ``config`` still start as theirs).
     """
+    upstreams = {"desk": IncidentDesk().server} if demo else {}  # as ``DEMO`` serves it
     with SQLiteStore(db) as store:
         async with (
-            Gateway(load_config(config), store=store, default_session=key) as gateway,
+            Gateway(load_config(config), upstreams=upstreams, store=store, default_session=key) as gateway,
             Client(gateway.server, mode="legacy") as client,
         ):
             yield client
 
 
+DEMO = "--demo"
+"""Serves the desk in the gateway's process beside ``desk_config``'s (no) servers: the peers'
+tests are about the wire between them and the gateway, not about its upstream's; a desk process
+per gateway start would double every stdio peer run's interpreters."""
+
+
 def desk_config(tmp_path: Path) -> Path:
-    """A config with the desk as a stdio upstream and a budget that tombstones update_incident."""
+    """A config (served with ``DEMO``) with a budget that tombstones update_incident."""
     config = {
-        "mcpServers": {"desk": {"command": sys.executable, "args": ["-m", "residency._gateway._desk_stdio"]}},
+        "mcpServers": {},
         # By list, as SERVE: the session is also prepared in process from this config (``prepare``).
         "residency": {
             **UPSTREAMS_UP,
@@ -663,9 +670,9 @@ async def tombstoned(
     if transport == "stdio":
         config, db = desk_config(tmp_path), tmp_path / "sessions.db"
         with anyio.fail_after(PEER_TIMEOUT):
-            async with prepare(config, db, key) as client:
+            async with prepare(config, db, key, demo=True) as client:
                 tombstone = await tombstone_update_incident(client)
-        args = ("--config", str(config), "--store", sqlite_url(db), "--session", key)
+        args = ("--config", str(config), DEMO, "--store", sqlite_url(db), "--session", key)
         yield Tombstoned(key, tombstone, serve_args=args)
         return
     url: str = request.getfixturevalue("desk_gateway")
