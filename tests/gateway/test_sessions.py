@@ -33,6 +33,10 @@ from tests.gateway.conftest import config, running, session_meta
 pytestmark = pytest.mark.anyio
 
 CYCLES = 10_000
+TRACED = 2_000
+"""The last cycles, whose growth is measured: tracing every allocation makes a cycle about 2.5
+times slower, and a leak per session shows in any stretch of them as well as in all (what grows
+over the first ones and then stops is a bounded cache, which is allowed)."""
 BYTES_PER_SESSION = 1024
 """The stated bound: average growth per session opened and closed, after a warm-up."""
 
@@ -105,17 +109,19 @@ async def test_ten_thousand_sessions_opened_and_closed_leave_memory_flat(sqlite_
 
         for i in range(200):  # warm-up: caches, interned strings, the store's statements
             await cycle(-1 - i)
-        tracemalloc.start(1)
-        try:
-            before = _traced_bytes()
-            with anyio.fail_after(scaled(300)):
-                for i in range(CYCLES):
+        with anyio.fail_after(scaled(300)):
+            for i in range(CYCLES - TRACED):
+                await cycle(i)
+            tracemalloc.start(1)
+            try:
+                before = _traced_bytes()
+                for i in range(CYCLES - TRACED, CYCLES):
                     await cycle(i)
-            growth = _traced_bytes() - before
-        finally:
-            tracemalloc.stop()
+                growth = _traced_bytes() - before
+            finally:
+                tracemalloc.stop()
         assert len(gw._table) == 0
-        assert growth / CYCLES < BYTES_PER_SESSION, f"{growth / CYCLES:.0f} B per session"
+        assert growth / TRACED < BYTES_PER_SESSION, f"{growth / TRACED:.0f} B per session"
         # Released, not lost: a session comes back from its journal.
         assert gw.session("s9999").tools() == ["alpha"]
 
