@@ -15,34 +15,37 @@ from residency._core._minify_constraints import constraint_atoms
 from residency._verify import VerifyResult, verify_levels
 from tests.conftest import load_corpus
 
+SHARDS = 3
+"""The corpus is judged in this many parts (every third tool), so parallel workers share it."""
+
 
 @pytest.mark.slow
-def test_no_level_loses_a_constraint_or_changes_a_verdict_on_the_corpus() -> None:
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_no_level_loses_a_constraint_or_changes_a_verdict_on_the_corpus(shard: int) -> None:
     problems: list[str] = []
     judged = 0
     # Verdicts depend only on the schemas (the instances are drawn deterministically from the
     # original's): tools whose original and minified schemas are all equal share one judging.
     verdicts: dict[str, dict[str, VerifyResult]] = {}
-    for server, tools in load_corpus().items():
-        for tool in tools:
-            original = constraint_atoms(tool["inputSchema"])
-            results: dict[str, dict[str, Any]] = {level: minify_tool(tool, level) for level in LEVELS}
-            for level, result in results.items():
-                lost = original - constraint_atoms(result["inputSchema"])
-                if lost:
-                    problems.append(f"{server}/{tool['name']} {level}: lost {sorted(lost)[:3]}")
-            schemas = json.dumps([tool["inputSchema"], *(r["inputSchema"] for r in results.values())])
-            if schemas not in verdicts:
-                # Two drawn instances per tool; mutations aim at every constraint.
-                verdicts[schemas] = verify_levels(tool, results, max_examples=2, max_mutations=250)
-            for level, verdict in verdicts[schemas].items():
-                judged += verdict.instances
-                problems.extend(
-                    f"{server}/{tool['name']} {level}: {d.kind} at {d.path or '/'}"
-                    for d in verdict.disagreements
-                )
+    every = [(server, tool) for server, tools in load_corpus().items() for tool in tools]
+    for server, tool in every[shard::SHARDS]:
+        original = constraint_atoms(tool["inputSchema"])
+        results: dict[str, dict[str, Any]] = {level: minify_tool(tool, level) for level in LEVELS}
+        for level, result in results.items():
+            lost = original - constraint_atoms(result["inputSchema"])
+            if lost:
+                problems.append(f"{server}/{tool['name']} {level}: lost {sorted(lost)[:3]}")
+        schemas = json.dumps([tool["inputSchema"], *(r["inputSchema"] for r in results.values())])
+        if schemas not in verdicts:
+            # Two drawn instances per tool; mutations aim at every constraint.
+            verdicts[schemas] = verify_levels(tool, results, max_examples=2, max_mutations=250)
+        for level, verdict in verdicts[schemas].items():
+            judged += verdict.instances
+            problems.extend(
+                f"{server}/{tool['name']} {level}: {d.kind} at {d.path or '/'}" for d in verdict.disagreements
+            )
     assert problems == []
-    assert judged > 50_000
+    assert judged > 50_000 / SHARDS, judged  # over 50,000 across the shards
 
 
 def test_the_seed_pruner_loses_constraints_on_the_corpus() -> None:
