@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from residency._search import EmbeddingCache, ToolIndex, _semantic, clear_shared_indexes, embedding_cache
+from residency._search._index import vector_key
 from residency._search._semantic import (
     MODEL_ENV,
     DualEmbedder,
@@ -20,6 +21,7 @@ from residency._search._semantic import (
     english,
     query_vector,
 )
+from residency._search._text import embedding_texts
 from tests.test_search import TOOLS, BagOfWords, indexed, tool
 
 CATALOG = [
@@ -154,6 +156,41 @@ def test_the_cache_keeps_each_models_vectors_apart_and_a_dual_model_reuses_its_p
     assert first.embedded == second.embedded == 3  # only k3 was new, once per model
     assert cache.get(dual.name, "k1") is None  # nothing cached under the pair's name
     assert cache.get("first", "k3") is not None and cache.get("second", "k3") is not None
+
+
+class _Salted(BagOfWords):
+    """A bag-of-words model of its own (its words hashed with a salt), as a second model."""
+
+    def __init__(self, name: str, salt: str) -> None:
+        super().__init__()
+        self.name = name
+        self.salt = salt
+
+    def embed(self, texts: Sequence[str]) -> Any:
+        return super().embed([" ".join(f"{self.salt}{w}" for w in t.split()) for t in texts])
+
+
+def test_a_dual_models_index_scores_each_query_by_the_halves_its_vector_has() -> None:
+    english_model, other = _Salted("english", "a"), _Salted("other", "b")
+    dual = DualEmbedder(english_model, other)
+    both = ToolIndex(indexed(CATALOG), embedder=dual)
+    alone = ToolIndex(indexed(CATALOG), embedder=english_model)
+    tools = len(CATALOG)
+    # An English query's vector has no second half: the same scores as the English model alone.
+    for query in ("post a note to the team channel", "what time is it in Tokyo"):
+        assert both.search(query, limit=tools, ranker="semantic") == alone.search(
+            query, limit=tools, ranker="semantic"
+        )
+    # Another language's has both: each tool's score is its whole vector's dot product.
+    query = "envoyer un message dans le canal de l'équipe"
+    assert not english(query)
+    keys = [vector_key(t) for t in indexed(CATALOG)]
+    by_key = dict(zip(keys, CATALOG, strict=True))
+    vectors = embedding_cache().vectors(dual, keys, lambda key: embedding_texts(by_key[key]))
+    expected = vectors @ query_vector(dual, query)
+    hits = both.search(query, limit=tools, ranker="semantic")
+    assert [h.name for h in hits] == [CATALOG[i]["name"] for i in np.argsort(-expected, kind="stable")]
+    assert np.allclose([h.score for h in hits], np.sort(expected)[::-1], atol=1e-5)
 
 
 def test_the_model_is_picked_by_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -213,10 +213,12 @@ class ToolIndex:
         self._bm25 = bm25s.BM25(k1=_K1, b=_B, method="lucene")
         if corpus:
             self._bm25.index(corpus, show_progress=False)
-        self._vectors: Vectors | None = None
-        # General-purpose tools: their positions, and the vectors of their task words alone.
+        # The tools' vectors, one contiguous block of columns per model the embedder combines
+        # (see ``_blocks``), and the general-purpose tools' positions with the vectors of their
+        # task words alone, in the same blocks.
+        self._vectors: tuple[Vectors, ...] | None = None
         self._task_rows: npt.NDArray[np.intp] | None = None
-        self._task_vectors: Vectors | None = None
+        self._task_vectors: tuple[Vectors, ...] | None = None
         self._embedding: threading.Thread | None = None
         self._lock = threading.Lock()
         self._embed_lock = threading.Lock()
@@ -270,9 +272,9 @@ class ToolIndex:
                     cache.vectors(embedder, keys[start : start + _EMBED_CHUNK], texts)
                 import numpy as np
 
-                self._task_vectors = cache.vectors(embedder, list(tasks), task_words)
+                self._task_vectors = _blocks(embedder, cache.vectors(embedder, list(tasks), task_words))
                 self._task_rows = np.array([i for i, _ in tasks.values()], dtype=np.intp)
-                self._vectors = cache.vectors(embedder, keys, texts)
+                self._vectors = _blocks(embedder, cache.vectors(embedder, keys, texts))
             finally:
                 cache.flush()  # to disk, where the cache has a directory (what was done is kept)
 
@@ -416,9 +418,11 @@ class ToolIndex:
         # in scale (BM25 is unbounded, cosine is not), and the model reads paraphrases better.
         # The catalog, not the eligible tools, sets the scale, so a session's filter only
         # removes tools from the ranking and never reorders the rest.
-        fused = _unit(lexical) + _SEMANTIC_WEIGHT * _unit(sims)
+        fused = _unit(sims)
+        fused *= _SEMANTIC_WEIGHT
+        fused += _unit(lexical)
         if use is not None:
-            fused = fused + LEARNED_WEIGHT * use
+            fused += LEARNED_WEIGHT * use
         return self._walk(self._boost(fused, named), keep, limit, matched=False)
 
     def _cosines(self, query: str) -> npt.NDArray[np.float32]:
@@ -449,11 +453,10 @@ class ToolIndex:
 
         assert self._vectors is not None
         vector = self._query_vector(text)
-        # einsum: a plain loop over the rows, faster here than a threaded BLAS call for one vector
-        sims: npt.NDArray[np.float32] = np.einsum("ij,j->i", self._vectors, vector)
+        sims = _dot(self._vectors, vector)
         rows, tasks = self._task_rows, self._task_vectors
         if rows is not None and tasks is not None and len(rows):
-            by_tasks = np.einsum("ij,j->i", tasks, vector) + np.float32(TASK_BONUS)
+            by_tasks = _dot(tasks, vector) + np.float32(TASK_BONUS)
             sims[rows] = np.maximum(sims[rows], by_tasks)
         return sims
 
@@ -543,12 +546,51 @@ def _unit(scores: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
     """``scores`` mapped linearly onto [0, 1] by their range (all 0 if they are all equal)."""
     import numpy as np
 
-    values = scores.astype(np.float64)
+    values: npt.NDArray[np.float64] = scores.astype(np.float64)  # a copy: changed in place below
     low, high = float(values.min()), float(values.max())
     if high <= low:
         return np.zeros(len(values), dtype=np.float64)
-    result: npt.NDArray[np.float64] = (values - low) / (high - low)
-    return result
+    values -= low
+    values /= high - low
+    return values
+
+
+def _blocks(embedder: Embedder, vectors: Vectors) -> tuple[Vectors, ...]:
+    """``vectors`` split by columns into one C-contiguous block per model ``embedder`` combines
+    (``DualEmbedder.parts``; one block for a single model)."""
+    import numpy as np
+
+    blocks = []
+    start = 0
+    for part in getattr(embedder, "parts", (embedder,)):
+        blocks.append(np.ascontiguousarray(vectors[:, start : start + part.dimension]))
+        start += part.dimension
+    if start != vectors.shape[1]:  # not the widths its parts say: one block, as computed
+        return (np.ascontiguousarray(vectors),)
+    return tuple(blocks)
+
+
+def _dot(blocks: tuple[Vectors, ...], vector: Vectors) -> npt.NDArray[np.float32]:
+    """Each row's dot product with ``vector``, over the blocks whose part of ``vector`` is not
+    all zeros: an English query's vector has no multilingual half (``DualEmbedder``), so it reads
+    half the memory, and the sums are the same (a zero term adds nothing).
+
+    einsum: a plain loop over the rows on the calling thread; a BLAS call for one vector starts
+    threads on large catalogs, and on a busy machine waits for them.
+    """
+    import numpy as np
+
+    sims: npt.NDArray[np.float32] | None = None
+    start = 0
+    for block in blocks:
+        part = vector[start : start + block.shape[1]]
+        start += block.shape[1]
+        if sims is not None and not part.any():
+            continue
+        found: npt.NDArray[np.float32] = np.einsum("ij,j->i", block, part)
+        sims = found if sims is None else sims + found
+    assert sims is not None  # an index has at least one block
+    return sims
 
 
 _shared: OrderedDict[tuple[tuple[str, str, str], ...], ToolIndex] = OrderedDict()

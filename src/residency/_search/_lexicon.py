@@ -263,6 +263,12 @@ def foreign(words: Sequence[str], *, accented: bool = False) -> bool:
 def glosses(query: str) -> list[str]:
     """The English words of the glossary that ``query``'s words of other languages say, in
     order (``beende den Prozess`` -> ``stop``, ``process``); none for an English query."""
+    return list(_glosses(query))
+
+
+@functools.lru_cache(maxsize=64)
+def _glosses(query: str) -> tuple[str, ...]:
+    # Cached: one search asks twice (its BM25 terms and the text it embeds).
     text = unicodedata.normalize("NFKC", query)
     out: list[str] = []
     latin: list[str] = []
@@ -277,7 +283,7 @@ def glosses(query: str) -> list[str]:
     if foreign(latin, accented=accented):
         for word in latin:
             out += _latin(word)
-    return out
+    return tuple(out)
 
 
 _RUN = re.compile(r"[^\W_]+")

@@ -287,6 +287,8 @@ def english(query: str) -> bool:
 
     from residency._search._lexicon import foreign  # the glossary's own test, on need
 
+    if query.isascii():  # every word Latin or digits, no accents: the function words decide
+        return not foreign([w.lower() for w in _WORDS.findall(query)])
     text = unicodedata.normalize("NFKC", query)
     words: list[str] = []
     accented = False
