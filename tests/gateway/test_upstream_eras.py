@@ -112,3 +112,19 @@ async def test_a_high_level_mcpserver_upstream_is_served_in_the_handshake_era() 
     async with running({"pinned": ["shout"]}, upstreams={"hl": hl}) as gw, agent(gw, "legacy") as a:
         assert gw.upstreams["hl"].protocol_version != MODERN
         assert text(await a.call("shout", {"text": "hi"})) == "HI"
+
+
+async def test_an_upstreams_protocol_meta_stops_at_the_gateway(era: str) -> None:
+    """The desk, spoken to in the 2026-07-28 era, stamps its ``serverInfo`` on every result; the
+    gateway's client is told of the gateway instead: its stamp in that era, none in the
+    handshake era (a stamp there would tell an older client of a server it never met)."""
+    async with running(desk=IncidentDesk()) as gw, agent(gw, era) as a:
+        assert gw.upstreams["desk"].protocol_version == "2026-07-28"
+        with anyio.fail_after(NOTICE):
+            result = await a.use("get_runbook", {"runbook_id": "RB-1"})
+    assert not result.is_error and "RB-1" in text(result)
+    stamp = (result.meta or {}).get(types.SERVER_INFO_META_KEY)
+    if era == "legacy":
+        assert stamp is None
+    else:
+        assert isinstance(stamp, dict) and stamp["name"] == gw.server.name != "incident-desk"

@@ -502,8 +502,10 @@ class Upstream:
 
     async def _call_tool(self, client: Client, tool: str, arguments: JSONObject) -> types.CallToolResult:
         if self._tracing is not None:
-            return await self._tracing.call_upstream(self.name, self.kind, client, tool, arguments)
-        return await client.call_tool(tool, arguments)
+            result = await self._tracing.call_upstream(self.name, self.kind, client, tool, arguments)
+        else:
+            result = await client.call_tool(tool, arguments)
+        return without_hop_meta(result)
 
     def _check_alive(self, client: Client) -> None:
         """After a timeout: a slow tool, or a wedged connection? A ping tells; one at a time."""
@@ -530,6 +532,21 @@ class Upstream:
             await self._drop(client)
         finally:
             self._probing = False
+
+
+HOP_META_PREFIX = "io.modelcontextprotocol/"
+"""The ``_meta`` keys the protocol reserves for itself. On a result they describe the connection
+that carried it (a 2026-07-28 server stamps its own ``serverInfo`` there), so they stop at the
+gateway: its client is told of the gateway, in the era it speaks to the gateway."""
+
+
+def without_hop_meta(result: types.CallToolResult) -> types.CallToolResult:
+    """``result`` (an upstream's) without the protocol's own ``_meta`` keys (``HOP_META_PREFIX``)."""
+    meta = result.meta
+    if meta and any(key.startswith(HOP_META_PREFIX) for key in meta):
+        kept = {key: value for key, value in meta.items() if not key.startswith(HOP_META_PREFIX)}
+        result.meta = kept or None
+    return result
 
 
 def in_process_era(server: object) -> str:
