@@ -190,6 +190,36 @@ async def test_each_span_carries_its_own_tools_attributes() -> None:
     assert len(set(ids)) == 5  # what varies per request is set per request
 
 
+async def test_a_trace_the_client_did_not_sample_is_carried_upstream_but_not_exported() -> None:
+    received: list[dict[str, Any]] = []
+    unsampled = f"00-{TRACE_ID}-{CLIENT_SPAN}-00"
+    with OTLPReceiver() as rx:
+        async with traced(rx, received) as gw, Client(gw.server, mode="legacy") as client:
+            with anyio.fail_after(STEP):
+                await client.call_tool("echo_meta", {"text": "x"}, meta=meta(traceparent=unsampled))
+                await client.call_tool("echo_meta", {"text": "y"}, meta=meta(traceparent=TRACEPARENT))
+        spans = [s for s in rx.spans() if s.name.endswith(" echo_meta")]
+
+    # The sampled call's three spans only; the upstream continued both traces, one unsampled.
+    assert len(spans) == 3 and {s.trace_id for s in spans} == {TRACE_ID}
+    version, trace_id, span_id, flags = received[0]["traceparent"].split("-")
+    assert (version, trace_id, flags) == ("00", TRACE_ID, "00")
+    assert span_id not in {s.span_id for s in spans} | {CLIENT_SPAN}
+    assert received[1]["traceparent"].endswith("-01")
+
+
+async def test_the_sampler_of_the_environment_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OTEL_TRACES_SAMPLER=always_off``: no span is exported, the context still travels."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    received: list[dict[str, Any]] = []
+    with OTLPReceiver() as rx:
+        async with traced(rx, received) as gw, Client(gw.server, mode="legacy") as client:
+            with anyio.fail_after(STEP):
+                await client.call_tool("echo_meta", {"text": "x"}, meta=meta(traceparent=None))
+        assert rx.spans() == []
+    assert int(received[0]["traceparent"].rsplit("-", 1)[1], 16) & 1 == 0  # not sampled
+
+
 def test_names_redacted_before_a_secret_was_known_are_not_reused_after() -> None:
     from prometheus_client import CollectorRegistry
 

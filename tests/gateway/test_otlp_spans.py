@@ -17,6 +17,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     NonRecordingSpan,
     SpanContext,
@@ -28,6 +30,7 @@ from opentelemetry.trace import (
 )
 
 from residency._gateway._otlp_spans import FastOTLPSpanExporter, NotEncodable, SpanEncoder
+from residency._gateway._span_records import SpanRecorder, SpanShape, readable
 from tests._otlp import OTLPReceiver
 
 
@@ -128,3 +131,47 @@ def test_a_collector_that_refuses_is_a_failed_export() -> None:
         assert exporter.export(kept.spans) is SpanExportResult.FAILURE
         exporter.shutdown()
         assert not rx.traces
+
+
+def test_span_records_encode_as_the_sdk_encodes_the_same_spans() -> None:
+    """The gateway's own spans (``SpanRecord``s) against the SDK's encoding of them as
+    ``ReadableSpan``s: a shape's encoding is written once and kept, so a second span of the same
+    shape, another status and other attributes must still come out as its own."""
+    resource = Resource.create({"service.name": "t"})
+    scope = InstrumentationScope("residency.gateway", "1.2")
+    recorder = SpanRecorder(DEFAULT_ON, None)
+    server = SpanShape("tools/call x", SpanKind.SERVER, {"mcp.method.name": "tools/call", "n": 3})
+    client = SpanShape("tools/call y", SpanKind.CLIENT, {"gen_ai.tool.name": "y", "ok": True})
+    remote = SpanContext(0x1234, 0x99, True, TraceFlags(1), TraceState([("k", "v")]))
+    first = recorder.start(server, remote, {"jsonrpc.request.id": "1"})
+    first.set_attribute("error.type", "tool_error")
+    first.set_status(StatusCode.ERROR, "it failed")
+    child = recorder.start(client, first.context, None, start_time=5)
+    second = recorder.start(server, None, {"jsonrpc.request.id": "2", "f": -0.0})
+    for record in (child, first, second):
+        recorder.end(record)
+    records = [first, child, second]
+    encoder = SpanEncoder(resource, scope)
+    for _ in range(2):  # the second time from the kept encodings of the shapes
+        mine = ExportTraceServiceRequest.FromString(encoder.request(records))
+        assert mine == encode_spans([readable(r, resource, scope) for r in records])
+    assert child.context.trace_id == first.context.trace_id == 0x1234
+    assert second.context.trace_id != 0x1234 and second.parent is None
+
+
+def test_a_collector_gets_the_records_of_a_recorder() -> None:
+    resource = Resource.create({"service.name": "t"})
+    scope = InstrumentationScope("residency.gateway", "1.2")
+    shape = SpanShape("admit x", SpanKind.INTERNAL, {"gen_ai.tool.name": "x"})
+    with OTLPReceiver() as rx:
+        exporter = FastOTLPSpanExporter(endpoint=f"{rx.endpoint}/v1/traces", resource=resource, scope=scope)
+        kept = Kept()
+        recorder = SpanRecorder(DEFAULT_ON, SimpleSpanProcessor(kept))
+        for _ in range(3):
+            recorder.end(recorder.start(shape, None))
+        assert exporter.export(kept.spans) is SpanExportResult.SUCCESS
+        exporter.shutdown()
+        received = rx.spans()
+    assert [s.name for s in received] == ["admit x"] * 3
+    assert all(s.attributes == {"gen_ai.tool.name": "x"} and s.scope == "residency.gateway" for s in received)
+    assert {s.resource["service.name"] for s in received} == {"t"}

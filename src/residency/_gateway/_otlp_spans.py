@@ -4,8 +4,11 @@ The SDK's encoder builds a protobuf object for every span, attribute and value a
 serializes them: about 70 µs of Python per span, spent in the exporter's thread while it holds
 the GIL the gateway's event loop needs. This one writes the protobuf wire format directly, with
 each attribute's encoded form (key and value) kept in a bounded cache: the gateway's spans
-repeat the same tool names, methods and upstreams. Its output decodes to the same
-``ExportTraceServiceRequest`` as the SDK's (a test compares them field by field).
+repeat the same tool names, methods and upstreams. The gateway's own spans (``SpanRecord``s of
+``_span_records``) cost less again: a shape's name, kind and fixed attributes are encoded once
+and kept on the shape, so a record costs its ids, times, status and varying attributes. Its
+output decodes to the same ``ExportTraceServiceRequest`` as the SDK's (tests compare them
+field by field).
 
 It handles the spans the gateway makes: attribute values that are strings, booleans, integers
 or floats, no events or links. A batch holding anything else (an instrumentation the
@@ -26,6 +29,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
+
+from residency._gateway._span_records import SpanRecord, readable
 
 __all__ = ["FastOTLPSpanExporter", "NotEncodable", "SpanEncoder"]
 
@@ -77,7 +82,10 @@ def _any_value(value: Any) -> bytes:
 class SpanEncoder:
     """Spans to an ``ExportTraceServiceRequest``'s bytes (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, resource: Resource | None = None, scope: InstrumentationScope | None = None) -> None:
+        # The resource and scope of the ``SpanRecord``s it is given (the SDK's spans carry theirs).
+        self._resource = resource if resource is not None else Resource.get_empty()
+        self._scope_of_records = scope
         # (key, type, value) -> the encoded KeyValue field; the type keeps True apart from 1.
         # Floats are not kept: 0.0 and -0.0 are equal keys with different encodings.
         self._attributes: dict[tuple[str, type, Any], bytes] = {}
@@ -146,6 +154,44 @@ class SpanEncoder:
         parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
         return b"".join(parts)
 
+    def record(self, span: SpanRecord) -> bytes:
+        """One ``Span`` message of a ``SpanRecord`` (as ``span`` writes the SDK's)."""
+        shape = span.shape
+        fixed = shape.encoded
+        if fixed is None:
+            fixed = (
+                self._name(shape.name) + _KIND[shape.kind],
+                b"".join(self._key_values(shape.attributes, 0x4A)),
+            )
+            shape.encoded = fixed
+        context = span.context
+        parts = [
+            b"\x0a\x10" + context.trace_id.to_bytes(16, "big"),
+            b"\x12\x08" + context.span_id.to_bytes(8, "big"),
+        ]
+        if context.trace_state:
+            parts.append(_field(0x1A, context.trace_state.to_header().encode()))
+        parent = span.parent
+        if parent is not None:
+            parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+        parts.append(fixed[0])
+        parts.append(b"\x39" + _FIXED64.pack(span.start_time))
+        parts.append(b"\x41" + _FIXED64.pack(span.end_time))
+        parts.append(fixed[1])
+        if span.attributes:
+            parts.extend(self._key_values(span.attributes, 0x4A))
+        code, description = span.status
+        message = description.encode() if description else b""
+        parts.append(
+            _field(
+                0x7A,
+                (_field(0x12, message) if message else b"")
+                + (bytes((0x18, code.value)) if code.value else b""),
+            )
+        )
+        parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
+        return b"".join(parts)
+
     def _scope(self, scope: InstrumentationScope | None) -> bytes:
         if scope is None:
             return b""
@@ -155,7 +201,7 @@ class SpanEncoder:
         parts.extend(self._key_values(scope.attributes, 0x1A))
         return b"".join(parts)
 
-    def request(self, spans: Sequence[ReadableSpan]) -> bytes:
+    def request(self, spans: Sequence[ReadableSpan | SpanRecord]) -> bytes:
         """The ``ExportTraceServiceRequest`` of ``spans``, grouped by resource and scope.
 
         Raises:
@@ -166,12 +212,15 @@ class SpanEncoder:
         resources: dict[int, Resource] = {}
         groups: dict[int, dict[InstrumentationScope | None, list[bytes]]] = {}
         for s in spans:
-            resource = s.resource
+            if isinstance(s, SpanRecord):
+                resource, scope, message = self._resource, self._scope_of_records, self.record(s)
+            else:
+                resource, scope, message = s.resource, s.instrumentation_scope or None, self.span(s)
             by_scope = groups.get(id(resource))
             if by_scope is None:
                 by_scope = groups[id(resource)] = {}
                 resources[id(resource)] = resource
-            by_scope.setdefault(s.instrumentation_scope or None, []).append(_field(0x12, self.span(s)))
+            by_scope.setdefault(scope, []).append(_field(0x12, message))
         out = []
         for key, by_scope in groups.items():
             resource = resources[key]
@@ -188,11 +237,26 @@ class SpanEncoder:
 
 
 class FastOTLPSpanExporter(OTLPSpanExporter):
-    """``OTLPSpanExporter`` with ``SpanEncoder`` (see the module docstring)."""
+    """``OTLPSpanExporter`` with ``SpanEncoder`` (see the module docstring); ``resource`` and
+    ``scope`` are those of the ``SpanRecord``s it is given."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        resource: Resource | None = None,
+        scope: InstrumentationScope | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self._encoder = SpanEncoder()
+        self._encoder = SpanEncoder(resource, scope)
+        self._resource = resource if resource is not None else Resource.get_empty()
+        self._records_scope = scope if scope is not None else InstrumentationScope("")
+
+    def _readable(self, spans: Sequence[ReadableSpan | SpanRecord]) -> Sequence[ReadableSpan]:
+        return [
+            readable(s, self._resource, self._records_scope) if isinstance(s, SpanRecord) else s
+            for s in spans
+        ]
 
     def shutdown(self) -> None:
         super().shutdown()  # type: ignore[no-untyped-call]  # the SDK's is not annotated
@@ -202,13 +266,14 @@ class FastOTLPSpanExporter(OTLPSpanExporter):
         limit = getattr(self, "_max_request_size", None)
         metrics = getattr(self, "_metrics", None)
         if self._shutdown or client is None or limit is None or metrics is None:
-            return super().export(spans)
+            return super().export(self._readable(spans))
         try:
             body = self._encoder.request(spans)
         except NotEncodable:
-            return super().export(spans)
+            return super().export(self._readable(spans))
         if 0 < limit < len(body):
-            return super().export(spans)  # the SDK's path drops it, logs and counts it so
+            # The SDK's path drops it, logs and counts it so.
+            return super().export(self._readable(spans))
         with metrics.export_operation(len(spans)) as result:
             sent = client.export(body)
             if not sent.success:

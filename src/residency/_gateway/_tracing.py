@@ -34,12 +34,19 @@ semantic-conventions-genai v0.1.0, status Development; the MCP section of semant
 Tool names, session ids and resource URIs pass ``Secrets.redact`` before they become
 attributes, as before they reach a log line.
 
-Cost with telemetry on: each span's name and the attributes its method, tool and upstream
-decide are built once (kept per hook, bounded, dropped when the secrets change); spans are made
-current with ``attach``/``detach`` rather than ``start_as_current_span``; over OTLP/HTTP the
-batches are encoded by ``_otlp_spans`` (the SDK's encoder costs several times more, in the
-export thread that competes with the event loop for the GIL). Every span is recorded under the
-SDK's default sampler (parent-based, always on) unless ``OTEL_TRACES_SAMPLER`` picks another.
+Cost with telemetry on: each span's name, kind and the attributes its method, tool and
+upstream decide are built once (a ``SpanShape``, kept per hook, bounded, dropped when the
+secrets change). The spans are ``SpanRecord``s (``_span_records``), not the SDK's span objects:
+profiled under the benchmark's workload, the SDK's three spans per call (sampler, bounded
+attribute dicts, the read-only copy at their end) and the export thread's re-reading of every
+attribute to encode them were most of what tracing cost a call, well above their time in a
+tight loop. A record is started under the same sampler (``OTEL_TRACES_SAMPLER``; by default
+parent-based, always on: every span is recorded and exported), with the parent the SDK would
+give it (the client's ``_meta`` context, else the current span), goes through the SDK's
+``BatchSpanProcessor`` (``OTEL_BSP_*``), and is encoded by ``_otlp_spans`` from its shape's
+bytes, written once. The request and upstream spans are made current (as ``NonRecordingSpan``s
+of their context, with ``attach``/``detach``), so code that reads the current span, the ``mcp``
+client's propagation among it, sees them.
 
 Metrics have one source: the ``Telemetry``'s Prometheus registry, the same that ``/metrics``
 serves. Every ``metric_interval`` seconds (and once more at shutdown) a thread reads it and
@@ -80,13 +87,21 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind, StatusCode, Tracer, get_current_span, set_span_in_context
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    StatusCode,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import CollectorRegistry
 
 from residency._errors import ConfigError
 from residency._gateway._config import Secrets
 from residency._gateway._otel_config import TelemetrySettings
+from residency._gateway._span_records import ReadableExporter, SpanRecorder, SpanShape
 
 __all__ = ["SEMCONV", "Tracing", "registry_metrics"]
 
@@ -98,7 +113,6 @@ SCOPE = "residency.gateway"
 _TRANSPORTS = {"stdio": "pipe", "http": "tcp"}
 _RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
 _SHAPES = 1024  # span names and attributes kept per hook; past that the cache starts over
-_Shape = tuple[str, Mapping[str, Any]]  # a span's name and its attributes that do not vary
 
 
 class Tracing:
@@ -123,19 +137,19 @@ class Tracing:
         self._redact = secrets.redact
         # Span names and fixed attributes by what they depend on (method and target, tool and
         # upstream), built once: redacted, so dropped whenever the secrets change.
-        self._shapes: dict[tuple[Any, ...], _Shape] = {}
+        self._shapes: dict[tuple[Any, ...], SpanShape] = {}
         self._shapes_generation = secrets.generation
         self._registry = registry
         name = settings.service_name or os.environ.get("OTEL_SERVICE_NAME") or "residency"
         self.resource = Resource.create({"service.name": name, "service.version": version})
         self._scope = InstrumentationScope(SCOPE, version)
         self._propagator = TraceContextTextMapPropagator()
-        span_exporter, self._metric_exporter = _exporters(settings)
-        self._provider = TracerProvider(resource=self.resource)
-        if span_exporter is not None:
-            # The SDK's defaults (and its OTEL_BSP_* variables) for the batches.
-            self._provider.add_span_processor(BatchSpanProcessor(span_exporter))
-        self.tracer: Tracer = self._provider.get_tracer(SCOPE, version)
+        span_exporter, self._metric_exporter = _exporters(settings, self.resource, self._scope)
+        # The SDK's defaults (and its OTEL_BSP_* variables) for the batches.
+        self._processor = BatchSpanProcessor(span_exporter) if span_exporter is not None else None
+        # The sampler a tracer provider would use (OTEL_TRACES_SAMPLER, or parent-based always-on).
+        sampler = TracerProvider(resource=self.resource, shutdown_on_exit=False).sampler
+        self._spans = SpanRecorder(sampler, self._processor)
         self._stop = threading.Event()
         self._pusher: threading.Thread | None = None
 
@@ -158,7 +172,8 @@ class Tracing:
             self.export_metrics()
             self._metric_exporter.shutdown()
             self._metric_exporter = None
-        self._provider.shutdown()
+        if self._processor is not None:
+            self._processor.shutdown()  # type: ignore[no-untyped-call]  # the SDK's is not annotated
 
     def _push(self) -> None:
         while not self._stop.wait(self.settings.metric_interval):
@@ -197,19 +212,19 @@ class Tracing:
         kept = [m for m in server.middleware if type(m).__name__ != "OpenTelemetryMiddleware"]
         server.middleware[:] = [self.middleware, *kept]
 
-    def _shape(self, key: tuple[Any, ...]) -> _Shape | None:
+    def _shape(self, key: tuple[Any, ...]) -> SpanShape | None:
         if self._shapes_generation != self._secrets.generation:
             self._shapes.clear()
             self._shapes_generation = self._secrets.generation
         return self._shapes.get(key)
 
-    def _keep(self, key: tuple[Any, ...], shape: _Shape) -> _Shape:
+    def _keep(self, key: tuple[Any, ...], shape: SpanShape) -> SpanShape:
         if len(self._shapes) >= _SHAPES:
             self._shapes.clear()
         self._shapes[key] = shape
         return shape
 
-    def _request_shape(self, method: str, params: Mapping[str, Any] | None) -> _Shape:
+    def _request_shape(self, method: str, params: Mapping[str, Any] | None) -> SpanShape:
         """A request span's name and the attributes its method and target decide."""
         target = params.get("name") if params and method in ("tools/call", "prompts/get") else None
         uri = params.get("uri") if params and method in _RESOURCE_METHODS else None
@@ -234,30 +249,25 @@ class Tracing:
                 attributes["gen_ai.prompt.name"] = target
         elif isinstance(uri, str):
             attributes["mcp.resource.uri"] = self._redact(uri)
-        return self._keep(key, (name, attributes))
+        return self._keep(key, SpanShape(name, SpanKind.SERVER, attributes))
 
     async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         """A ``Server.middleware``: the ``SERVER`` span of one request (see the module docstring)."""
         method = ctx.method
-        name, fixed = self._request_shape(method, ctx.params)
-        attributes = {**fixed, "mcp.protocol.version": ctx.protocol_version}
+        shape = self._request_shape(method, ctx.params)
+        attributes: dict[str, Any] = {}
+        if ctx.protocol_version is not None:
+            attributes["mcp.protocol.version"] = ctx.protocol_version
         if ctx.request_id is not None:
             attributes["jsonrpc.request.id"] = str(ctx.request_id)
         connection = getattr(ctx.session, "_connection", None)
         session_id = getattr(connection, "session_id", None)
         if isinstance(session_id, str):
             attributes["mcp.session.id"] = self._redact(session_id)
-        span = self.tracer.start_span(
-            name,
-            context=self._incoming(ctx.meta),
-            kind=SpanKind.SERVER,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        )
-        # Current for the request's handling (the admission and upstream spans nest under it);
-        # attach and detach by hand: ``start_as_current_span`` costs two context managers more.
-        token = attach(set_span_in_context(span))
+        parent = self._incoming(ctx.meta) or get_current_span().get_span_context()
+        span = self._spans.start(shape, parent, attributes)
+        # Current for the request's handling (the admission and upstream spans nest under it).
+        token = attach(set_span_in_context(NonRecordingSpan(span.context)))
         try:
             result = await call_next(ctx)
         except MCPError as exc:
@@ -275,15 +285,15 @@ class Tracing:
             return result
         finally:
             detach(token)
-            span.end()
+            self._spans.end(span)
 
-    def _incoming(self, meta: Mapping[str, Any] | None) -> Any:
+    def _incoming(self, meta: Mapping[str, Any] | None) -> SpanContext | None:
         """The client's trace context from ``_meta``, or None (the span nests under the current one)."""
         if not meta or "traceparent" not in meta:
             return None
         carrier = {k: v for k in ("traceparent", "tracestate") if isinstance(v := meta.get(k), str)}
-        context = self._propagator.extract(carrier)
-        return context if get_current_span(context).get_span_context().is_valid else None
+        context = get_current_span(self._propagator.extract(carrier)).get_span_context()
+        return context if context.is_valid else None
 
     def admission(
         self, tool: str, started_ns: int, *, reason: str, refused: bool, upstream: str = ""
@@ -304,13 +314,11 @@ class Tracing:
             }
             if upstream:
                 attributes["residency.upstream"] = upstream
-            shape = self._keep(key, (f"admit {shown}", attributes))
-        span = self.tracer.start_span(
-            shape[0], kind=SpanKind.INTERNAL, attributes=shape[1], start_time=started_ns
-        )
-        span.end()
+            shape = self._keep(key, SpanShape(f"admit {shown}", SpanKind.INTERNAL, attributes))
+        parent = get_current_span().get_span_context()
+        self._spans.end(self._spans.start(shape, parent, None, started_ns))
 
-    def _upstream_shape(self, upstream: str, kind: str, tool: str, protocol: str | None) -> _Shape:
+    def _upstream_shape(self, upstream: str, kind: str, tool: str, protocol: str | None) -> SpanShape:
         key = ("upstream", upstream, kind, tool, protocol)
         shape = self._shape(key)
         if shape is not None:
@@ -326,22 +334,16 @@ class Tracing:
             attributes["mcp.protocol.version"] = protocol
         if kind in _TRANSPORTS:
             attributes["network.transport"] = _TRANSPORTS[kind]
-        return self._keep(key, (f"tools/call {shown}", attributes))
+        return self._keep(key, SpanShape(f"tools/call {shown}", SpanKind.CLIENT, attributes))
 
     async def call_upstream(
         self, upstream: str, kind: str, client: Client, tool: str, arguments: Mapping[str, Any]
     ) -> types.CallToolResult:
         """``client.call_tool`` in a ``CLIENT`` span whose context travels in ``params._meta``."""
-        name, attributes = self._upstream_shape(upstream, kind, tool, client.protocol_version)
-        span = self.tracer.start_span(
-            name,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        )
+        shape = self._upstream_shape(upstream, kind, tool, client.protocol_version)
+        span = self._spans.start(shape, get_current_span().get_span_context())
         # W3C Trace Context, as ``TraceContextTextMapPropagator.inject`` writes it.
-        context = span.get_span_context()
+        context = span.context
         meta: dict[str, Any] = {
             "traceparent": f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
         }
@@ -349,7 +351,7 @@ class Tracing:
             meta["tracestate"] = context.trace_state.to_header()
         # Current during the call: the ``mcp`` client writes the current context into
         # ``_meta`` too (with the process-wide propagator), which must agree with this one.
-        token = attach(set_span_in_context(span))
+        token = attach(set_span_in_context(NonRecordingSpan(context)))
         try:
             result = await client.call_tool(tool, dict(arguments), meta=cast(types.RequestParamsMeta, meta))
         except MCPError as exc:
@@ -367,7 +369,7 @@ class Tracing:
             return result
         finally:
             detach(token)
-            span.end()
+            self._spans.end(span)
 
 
 def _is_error(result: HandlerResult) -> bool:
@@ -377,8 +379,11 @@ def _is_error(result: HandlerResult) -> bool:
     return isinstance(result, dict) and result.get("isError") is True
 
 
-def _exporters(settings: TelemetrySettings) -> tuple[SpanExporter | None, MetricExporter | None]:
-    """The span and metric exporters the settings ask for.
+def _exporters(
+    settings: TelemetrySettings, resource: Resource, scope: InstrumentationScope
+) -> tuple[SpanExporter | None, MetricExporter | None]:
+    """The span and metric exporters the settings ask for (``resource`` and ``scope``: those of
+    the gateway's spans).
 
     Raises:
         ConfigError: the exporter's package is not installed.
@@ -396,7 +401,9 @@ def _exporters(settings: TelemetrySettings) -> tuple[SpanExporter | None, Metric
             )
 
             spans: SpanExporter | None = (
-                GRPCSpanExporter(endpoint=base, headers=headers, timeout=otlp.timeout)
+                ReadableExporter(
+                    GRPCSpanExporter(endpoint=base, headers=headers, timeout=otlp.timeout), resource, scope
+                )
                 if settings.traces
                 else None
             )
@@ -421,7 +428,11 @@ def _exporters(settings: TelemetrySettings) -> tuple[SpanExporter | None, Metric
         ) from exc
     spans = (
         FastOTLPSpanExporter(
-            endpoint=f"{base}/v1/traces" if base else None, headers=headers, timeout=otlp.timeout
+            endpoint=f"{base}/v1/traces" if base else None,
+            headers=headers,
+            timeout=otlp.timeout,
+            resource=resource,
+            scope=scope,
         )
         if settings.traces
         else None
