@@ -226,8 +226,9 @@ def otel_table() -> str:
     floor = ""
     if "sdk_span_floor_ms_per_call" in d:
         floor = (
-            f" The OpenTelemetry SDK's own work for a call's three spans, timed alone in the same "
-            f"process, is {number(d['sdk_span_floor_ms_per_call'])} ms: "
+            f" The OpenTelemetry SDK's own work for a call's three spans (which the gateway's "
+            f"span records replace), timed alone in the same process, is "
+            f"{number(d['sdk_span_floor_ms_per_call'])} ms: "
             f"{number(d['sdk_span_floor_ratio'])}x off by itself."
         )
     text = (

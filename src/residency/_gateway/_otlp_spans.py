@@ -28,7 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from residency._gateway._span_records import SpanRecord, readable
 
@@ -41,6 +41,7 @@ _FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)
 _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)
 _FIXED64 = struct.Struct("<Q")
 _DOUBLE = struct.Struct("<d")
+_STATUS_UNSET = b"\x7a\x00"  # an empty Status: code UNSET, no message
 _CACHED = 4096  # encoded attributes kept; past that the cache starts over
 
 
@@ -181,14 +182,11 @@ class SpanEncoder:
         if span.attributes:
             parts.extend(self._key_values(span.attributes, 0x4A))
         code, description = span.status
-        message = description.encode() if description else b""
-        parts.append(
-            _field(
-                0x7A,
-                (_field(0x12, message) if message else b"")
-                + (bytes((0x18, code.value)) if code.value else b""),
-            )
-        )
+        if code is StatusCode.UNSET:
+            parts.append(_STATUS_UNSET)
+        else:
+            message = _field(0x12, description.encode()) if description else b""
+            parts.append(_field(0x7A, message + bytes((0x18, code.value))))
         parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
         return b"".join(parts)
 

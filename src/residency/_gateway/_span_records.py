@@ -13,7 +13,9 @@ is sampled when it has no parent or a sampled one), the trace and span ids are r
 SDK's, a child keeps its parent's trace id, trace state and random-trace-id flag, and only
 sampled spans reach the ``BatchSpanProcessor`` (its ``OTEL_BSP_*`` settings apply). The
 records pass through that processor to the exporter as the SDK's spans would; ``readable``
-turns one into the SDK's ``ReadableSpan`` for an exporter that needs those (gRPC).
+turns one into the SDK's ``ReadableSpan`` for an exporter that needs those (gRPC). Not
+applied: the SDK's span limits (``OTEL_SPAN_ATTRIBUTE_*``, ``OTEL_ATTRIBUTE_*``); a gateway span
+has at most eight attributes, each set by the gateway, and no events or links.
 """
 
 from __future__ import annotations
