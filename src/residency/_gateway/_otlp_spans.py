@@ -28,7 +28,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode
 
 from residency._gateway._span_records import SpanRecord, readable
 
@@ -58,6 +58,19 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def _identity(context: SpanContext, parent: SpanContext | None) -> list[bytes]:
+    """A span's trace id, span id, trace state and parent span id fields (the message's start)."""
+    parts = [
+        b"\x0a\x10" + context.trace_id.to_bytes(16, "big"),
+        b"\x12\x08" + context.span_id.to_bytes(8, "big"),
+    ]
+    if context.trace_state:
+        parts.append(_field(0x1A, context.trace_state.to_header().encode()))
+    if parent is not None:
+        parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+    return parts
 
 
 def _field(tag: int, payload: bytes) -> bytes:
@@ -130,15 +143,8 @@ class SpanEncoder:
         context = span.get_span_context()
         if context is None or span.start_time is None or span.end_time is None:
             raise NotEncodable("a span without a context or times")
-        parts = [
-            b"\x0a\x10" + context.trace_id.to_bytes(16, "big"),
-            b"\x12\x08" + context.span_id.to_bytes(8, "big"),
-        ]
-        if context.trace_state:
-            parts.append(_field(0x1A, context.trace_state.to_header().encode()))
         parent = span.parent
-        if parent is not None:
-            parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+        parts = _identity(context, parent)
         parts.append(self._name(span.name))
         parts.append(_KIND[span.kind])
         parts.append(b"\x39" + _FIXED64.pack(span.start_time))
@@ -166,15 +172,8 @@ class SpanEncoder:
             )
             shape.encoded = fixed
         context = span.context
-        parts = [
-            b"\x0a\x10" + context.trace_id.to_bytes(16, "big"),
-            b"\x12\x08" + context.span_id.to_bytes(8, "big"),
-        ]
-        if context.trace_state:
-            parts.append(_field(0x1A, context.trace_state.to_header().encode()))
         parent = span.parent
-        if parent is not None:
-            parts.append(b"\x22\x08" + parent.span_id.to_bytes(8, "big"))
+        parts = _identity(context, parent)
         parts.append(fixed[0])
         parts.append(b"\x39" + _FIXED64.pack(span.start_time))
         parts.append(b"\x41" + _FIXED64.pack(span.end_time))
