@@ -162,7 +162,8 @@ class ServeOptions:
         """Options from the command line and environment.
 
         Raises:
-            ConfigError: the config file is missing or malformed.
+            ConfigError: the config file is missing or malformed, or it names a server
+                ``DEMO_UPSTREAM`` and ``--demo`` asks for the demo desk under that name.
         """
         demo = args.config is None or bool(args.demo)
         if args.config is None:
