@@ -62,6 +62,27 @@ def _use_ram_for_temporary_files() -> None:
 
 _use_ram_for_temporary_files()
 
+SEARCH_RANKER_ENV = "RESIDENCY_SEARCH_RANKER"  # residency._search.RANKER_ENV, not imported this early
+
+
+def _rank_by_bm25_unless_a_test_asks() -> None:
+    """Run every gateway of the suite, in process or started by a test, with ``search_tools``
+    ranked by BM25 alone (``RESIDENCY_SEARCH_RANKER=bm25``), unless ``RESIDENCY_SEARCH_RANKER``
+    is already set.
+
+    With the embedding model installed, a gateway loads it and embeds its catalog in the
+    background: 1.5 to 7 s of CPU per gateway here, most of the suite's time, and a search then
+    answers by BM25 or by fusion depending on how far that got. A test whose subject is not the
+    semantic ranking pays nothing for it and gets one ranker every time. A test that is about
+    the model is marked ``embeddings`` and runs with the variable unset, as users run (the first
+    run of ``residency serve`` among them); ``RESIDENCY_SEARCH_RANKER=auto pytest`` runs every
+    test that way.
+    """
+    os.environ.setdefault(SEARCH_RANKER_ENV, "bm25")
+
+
+_rank_by_bm25_unless_a_test_asks()
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -99,6 +120,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if slow:
         items[:] = [item for item in items if item.get_closest_marker("slow") is None]
         config.hook.pytest_deselected(items=slow)
+
+
+@pytest.fixture(autouse=True)
+def _embeddings_as_users_get_them(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test marked ``embeddings`` runs with ``RESIDENCY_SEARCH_RANKER`` unset: the gateway's
+    default ranking, the embedding model's where it is installed (``_rank_by_bm25_unless_a_test_asks``)."""
+    if request.node.get_closest_marker("embeddings") is not None:
+        monkeypatch.delenv(SEARCH_RANKER_ENV, raising=False)
 
 
 @pytest.fixture

@@ -33,6 +33,8 @@ from residency._search import (
 )
 from tests.conftest import CORPUS, load_corpus
 
+pytestmark = pytest.mark.embeddings  # the benchmark ranks with the model as users get it
+
 
 def test_recall_and_mrr_count_the_first_labelled_tool_within_the_first_ten() -> None:
     names = {("s", "a"): "a", ("s", "b"): "b", ("s", "c"): "c"}

@@ -24,6 +24,8 @@ from residency._search._semantic import (
 from residency._search._text import embedding_texts
 from tests.test_search import TOOLS, BagOfWords, indexed, tool
 
+pytestmark = pytest.mark.embeddings  # the model settings as users get them
+
 CATALOG = [
     *TOOLS,
     tool("get_weather", "Get the weather forecast for a city", city="City name"),

@@ -23,6 +23,8 @@ from residency._gateway._run import DEMO_WORKING_SET, ServeOptions, build_gatewa
 from residency.demo import desk_tools
 from tests._timing import START, STEP
 
+pytestmark = pytest.mark.embeddings  # a newcomer's first run: search as it comes
+
 ROOT = Path(__file__).resolve().parents[2]
 META_TOOLS = {"search_tools", "reexpand_tools", "call_tool", "archive_chain"}
 DESK = {str(t["name"]): t for t in desk_tools()}

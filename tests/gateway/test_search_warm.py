@@ -35,6 +35,8 @@ from tests._timing import START, STEP, TEST
 from tests.gateway.conftest import agent, running
 from tests.test_search import BagOfWords
 
+pytestmark = pytest.mark.embeddings  # the warm-up of the model users get
+
 QUERY = {"query": "wake up whoever is on call for the api"}
 
 
