@@ -38,3 +38,34 @@ async def test_a_notice_connecting_while_the_fanout_closes_closes_its_connection
             await anyio.sleep(0)
             await fanout.aclose()
     assert fanout._sender is None
+
+
+async def test_the_listener_cancelled_while_a_notice_is_handled_closes_its_connection() -> None:
+    """The gateway stops while a notice's handler is still running: the listening connection is
+    closed all the same (the notice iterator, suspended in the handler, still holds the
+    connection's lock, which a graceful exit of the connection would wait for)."""
+    fanout = Fanout(pg_url(), new_schema())
+    opened: list[object] = []
+    connect = fanout._connect
+
+    async def recorded() -> object:
+        conn = await connect()
+        opened.append(conn)
+        return conn
+
+    fanout._connect = recorded  # type: ignore[method-assign]  # to see the connection it opens
+    handling = anyio.Event()
+
+    async def slow_handler(session_id: str) -> None:
+        handling.set()
+        await anyio.sleep_forever()
+
+    with anyio.fail_after(STEP):
+        async with anyio.create_task_group() as tg:
+            await tg.start(fanout.run, slow_handler)
+            await fanout.notify("busy")
+            await handling.wait()
+            tg.cancel_scope.cancel()
+        await fanout.aclose()
+    listener, *_ = opened
+    assert getattr(listener, "closed", False), "the listening connection was left open"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import suppress
+from contextlib import aclosing, suppress
 from typing import Any
 
 import anyio
@@ -116,7 +116,11 @@ class Fanout:
         reconnecting = False
         while True:
             try:
-                async with await self._connect() as conn:
+                conn = await self._connect()
+                # Closed in a shielded ``finally``, not by ``async with``: cancelled while a
+                # handler runs, the notice iterator still holds the connection's lock, and the
+                # connection's own exit would wait for it (cancelled again) and never close it.
+                try:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
                     if not started:
                         started = True
@@ -126,14 +130,18 @@ class Fanout:
                         await _deliver(on_notice, EVERY_SESSION)
                         if on_archive is not None:
                             await _deliver(on_archive, EVERY_SCOPE)
-                    async for notice in conn.notifies():
-                        kind, _, name = notice.payload.partition(":")
-                        if kind == SESSION_NOTICE:
-                            await _deliver(on_notice, name)
-                        elif kind == ARCHIVE_NOTICE and on_archive is not None:
-                            await _deliver(on_archive, name)
-                        elif kind == JOURNAL_NOTICE and on_journal is not None:
-                            await _deliver(on_journal, name)
+                    async with aclosing(conn.notifies()) as notices:
+                        async for notice in notices:
+                            kind, _, name = notice.payload.partition(":")
+                            if kind == SESSION_NOTICE:
+                                await _deliver(on_notice, name)
+                            elif kind == ARCHIVE_NOTICE and on_archive is not None:
+                                await _deliver(on_archive, name)
+                            elif kind == JOURNAL_NOTICE and on_journal is not None:
+                                await _deliver(on_journal, name)
+                finally:
+                    with anyio.CancelScope(shield=True), suppress(psycopg.Error):
+                        await conn.close()
             except psycopg.Error as exc:
                 logger.warning(
                     "cross-replica notices: listening failed (%s); retrying in %g s",
