@@ -7,7 +7,10 @@ garbage collector, still open on the server). Real PostgreSQL (``RESIDENCY_PG_UR
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
+import psycopg
 import pytest
 
 from residency._gateway._fanout import Fanout
@@ -45,10 +48,10 @@ async def test_the_listener_cancelled_while_a_notice_is_handled_closes_its_conne
     closed all the same (the notice iterator, suspended in the handler, still holds the
     connection's lock, which a graceful exit of the connection would wait for)."""
     fanout = Fanout(pg_url(), new_schema())
-    opened: list[object] = []
+    opened: list[psycopg.AsyncConnection[Any]] = []
     connect = fanout._connect
 
-    async def recorded() -> object:
+    async def recorded() -> psycopg.AsyncConnection[Any]:
         conn = await connect()
         opened.append(conn)
         return conn
@@ -68,4 +71,4 @@ async def test_the_listener_cancelled_while_a_notice_is_handled_closes_its_conne
             tg.cancel_scope.cancel()
         await fanout.aclose()
     listener, *_ = opened
-    assert getattr(listener, "closed", False), "the listening connection was left open"
+    assert listener.closed, "the listening connection was left open"
