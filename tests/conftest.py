@@ -71,7 +71,7 @@ def _rank_by_bm25_unless_a_test_asks() -> None:
     is already set.
 
     With the embedding model installed, a gateway loads it and embeds its catalog in the
-    background: 1.5 to 7 s of CPU per gateway here, most of the suite's time, and a search then
+    background: 1.5 to 7 s of CPU per gateway here, about a third of the suite's time, and a search then
     answers by BM25 or by fusion depending on how far that got. A test whose subject is not the
     semantic ranking pays nothing for it and gets one ranker every time. A test that is about
     the model is marked ``embeddings`` and runs with the variable unset, as users run (the first
