@@ -29,9 +29,9 @@ def test_the_readme_commands_are_the_ones_ci_runs() -> None:
     assert "residency serve" in commands.body
     assert 'pip install -e ".[test]" && pytest -n auto ' in commands.body
     assert "pytest --run-slow" in commands.body
-    # .ci/run installs the test extras (with the docs extra, in the same install) and runs the
-    # full tier with --run-slow.
-    assert re.search(r'^pip install [^\n]*-e "\.\[test[,\]]', CI, re.M)
+    # .ci/run installs the test extras (with the docs extra, in the same install; by uv's pip
+    # interface, which takes the same requirements) and runs the full tier with --run-slow.
+    assert re.search(r'^(?:uv )?pip install [^\n]*-e "\.\[test[,\]]', CI, re.M)
     assert re.search(r"^pytest [^\n]*--run-slow", CI, re.M)
 
 
