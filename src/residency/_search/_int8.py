@@ -6,7 +6,9 @@ float32 weights when it loads the file, so every query reads about 42 MB of weig
 of a short query's time on one core. :func:`int8_matmuls` replaces each such product with one
 ``DynamicQuantizeMatMul`` (an onnxruntime contrib operator) over the same int8 weights and scales:
 the activations are quantized per call instead, and a query's transformer runs about twice as
-fast. Its vectors differ slightly from the float32 run's (cosine about 0.99).
+fast. Its vectors differ slightly from the float32 run's (cosine at least 0.986 on the project's
+277 labelled queries, median 0.994). :func:`int8_lookups` makes the vocabulary's lookups read
+int8 rows and dequantize only those, with the same results bit for bit.
 
 The rewrite reads and writes the protobuf wire format directly, touching only the fields it needs
 (a graph's nodes and initializers, a model's operator sets) and copying every other field as
