@@ -152,6 +152,11 @@ def test_bad_input_gets_a_typed_error() -> None:
         int8_matmuls(b"\xff\xff\xff")
     with pytest.raises(ModelFormatError, match="no graph"):
         int8_matmuls(b"")
+    # A model (field 7: its graph) whose one node (field 1) has an input name (field 1) of 0xff.
+    node = b"\x0a\x01\xff"
+    graph = b"\x0a" + bytes([len(node)]) + node
+    with pytest.raises(ModelFormatError, match="not UTF-8"):
+        int8_lookups(b"\x3a" + bytes([len(graph)]) + graph)
     original, _, _ = _dequantizing_model()
     with pytest.raises(ModelFormatError, match="no int8 weight products"):
         int8_matmuls(int8_matmuls(original))  # nothing left to rewrite

@@ -201,9 +201,13 @@ def _rewrite_graph(graph: bytes, products: bool) -> tuple[bytes, int, int]:
         mul = producer.get(name)
         if mul is None or mul.op_type != "Mul" or readers.get(name) != 1:
             return None
+        if len(mul.inputs) != 2:
+            return None
         cast = next((producer[i] for i in mul.inputs if i in producer), None)
         scale = next((tensors[i] for i in mul.inputs if i in tensors), None)
-        if cast is None or cast.op_type != "Cast" or scale is None or readers.get(cast.outputs[0]) != 1:
+        if cast is None or cast.op_type != "Cast" or cast.integer("to", 0) != _FLOAT:
+            return None
+        if scale is None or scale.data_type != _FLOAT or readers.get(cast.outputs[0]) != 1:
             return None
         weights = tensors.get(cast.inputs[0])
         if weights is None or weights.data_type != _INT8 or len(weights.dims) != 2:
@@ -271,7 +275,10 @@ def _rewrite(model: bytes, products: bool) -> bytes:
     graphs = [i for i, (number, wire, _) in enumerate(fields) if number == _MODEL_GRAPH and wire == _BYTES]
     if len(graphs) != 1:
         raise ModelFormatError("not an ONNX model: no graph")
-    graph, lookups, count = _rewrite_graph(fields[graphs[0]][2], products)
+    try:
+        graph, lookups, count = _rewrite_graph(fields[graphs[0]][2], products)
+    except UnicodeDecodeError:
+        raise ModelFormatError("not an ONNX model: a name is not UTF-8") from None
     if not (count if products else lookups):
         raise ModelFormatError(
             "the model has no int8 weight products to run in int8" if products
