@@ -144,7 +144,7 @@ async def test_a_small_catalog_is_searched_with_fusion_from_the_first_search(
         assert model.embedded
         assert search_line(gw) == (
             f"residency: search fusion (BM25 + counting-words), vectors of {len(gw.catalog)} tools "
-            "ready (cache in memory only)"
+            f"ready (cache {user_vector_directory()})"
         )
         async with agent(gw, era) as a:
             assert ranker(await a.call("search_tools", QUERY)) == "fusion"
@@ -164,7 +164,7 @@ async def test_past_the_wait_bm25_answers_until_the_vectors_are_ready_and_the_lo
             tools = len(gw.catalog)
             assert search_line(gw) == (
                 f"residency: search BM25 until the vectors of {tools} tools are computed "
-                "(then fusion; cache in memory only)"
+                f"(then fusion; cache {user_vector_directory()})"
             )
             async with agent(gw, "legacy") as a:
                 assert ranker(await a.call("search_tools", QUERY)) == "bm25"
@@ -294,17 +294,29 @@ async def test_a_sqlite_store_keeps_the_vectors_beside_its_file_and_a_restart_re
 
 
 @pytest.mark.anyio
-async def test_a_memory_store_writes_no_vector_file(
+async def test_a_memory_store_keeps_the_vectors_in_the_user_cache_directory_and_a_restart_reads_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Counting
 ) -> None:
+    """The default store: a gateway started per connection (a stdio host) embeds its catalog once."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    cache = tmp_path / "user-cache" / "residency" / "vectors"
     async with running({"search_wait": STEP}, desk=IncidentDesk()) as gw:
         assert catalog_index(gw.catalog).vectors_ready
-        assert embedding_cache().directory() is None
-        assert search_line(gw).endswith("(cache in memory only)")
-    assert model.embedded
-    assert list(tmp_path.rglob("*")) == []
+        assert embedding_cache().directory() == cache
+        assert search_line(gw).endswith(f"tools ready (cache {cache})")
+    computed = len(model.embedded)
+    assert computed > 0
+    # The vectors' file and nothing else: no text of the definitions, nothing in the directory
+    # the gateway ran in.
+    (written,) = cache.iterdir()
+    assert written.suffix == ".npz"
+    assert {p.name for p in tmp_path.iterdir()} == {"user-cache"}
+
+    clear_shared_indexes()
+    embedding_cache().clear()  # a restarted gateway: nothing in memory
+    async with running({"search_wait": STEP}, desk=IncidentDesk()) as gw:
+        assert catalog_index(gw.catalog).vectors_ready
+        assert len(model.embedded) == computed  # every vector read from the file
 
 
 @pytest.mark.anyio
@@ -350,7 +362,7 @@ def test_each_kind_of_store_has_its_vector_directory(tmp_path: Path, monkeypatch
         assert vector_directory(store) == tmp_path / "sessions.db.vectors"
     finally:
         store.close()
-    assert vector_directory(MemoryStore()) is None
+    assert vector_directory(MemoryStore()) == tmp_path / "user-cache" / "residency" / "vectors"
     assert user_vector_directory() == tmp_path / "user-cache" / "residency" / "vectors"
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 import weakref
@@ -119,17 +118,16 @@ def user_vector_directory() -> Path | None:
 
 def vector_directory(store: Store) -> Path | None:
     """Where a gateway on ``store`` keeps its catalog's vectors while ``RESIDENCY_SEARCH_CACHE``
-    is unset: beside an SQLite file (``<file>.vectors``), in the user cache directory for
-    PostgreSQL (:func:`user_vector_directory`), nowhere for a memory store or any other store.
+    is unset: beside an SQLite file (``<file>.vectors``), else in the user cache directory
+    (:func:`user_vector_directory`): PostgreSQL, the memory store and any store without a file.
+
+    The memory store is the default, and a host that speaks stdio starts a gateway per
+    connection (some per call): with its vectors in the user cache directory only the first
+    start embeds the catalog. The files hold vectors under hashes of the definitions, no text.
     """
-    if isinstance(store, SQLiteStore):
-        if store.path == ":memory:":
-            return None
+    if isinstance(store, SQLiteStore) and store.path != ":memory:":
         return Path(os.path.abspath(f"{store.path}.vectors"))
-    postgres = sys.modules.get("residency._store._postgres")  # loaded if a PostgreSQL store exists
-    if postgres is not None and isinstance(store, postgres.PostgresStore):
-        return user_vector_directory()
-    return None
+    return user_vector_directory()
 
 
 # -- the warm-up ------------------------------------------------------------------------------

@@ -156,19 +156,24 @@ class MiniLMEmbedder(_Packaged):
     as fast per query on one core, with vectors close enough that rankings hardly move (fusion
     MRR 0.712 against 0.713 on the project's 277 labelled queries, R@5 equal; :class:`DualEmbedder`
     keeps the float32 run for queries in other languages). The two sessions take about 35 MB more
-    than the packaged file's one; the two graphs are rewritten in memory at each load (about
-    0.15 s each), nothing is written to disk.
+    than the packaged file's one; each graph is rewritten in memory (about 0.15 s), nothing is
+    written to disk.
+
+    Each session is built when it is first needed: a gateway whose tools' vectors all come from
+    the cache never builds the tools' one, and one that is never searched neither (its start
+    costs the file's digest, which names the model, not the two builds). A session is built from
+    the file read again, and checked against the pinned digest again.
 
     Raises:
         ImportError: the model, its tokenizer, ``onnxruntime`` or ``tokenizers`` is missing, or
-            the model file is not the one its package pins (or not one whose graph the int8
-            rewrite understands).
+            the model file is not the one its package pins. (A file whose graph the int8 rewrite
+            does not understand is told by the first ``embed`` or ``embed_query``: ``RuntimeError``.)
     """
 
     def __init__(self) -> None:
         with NUMERIC_IMPORTS:
             import numpy  # noqa: F401  (first, under the lock: see NUMERIC_IMPORTS)
-            import onnxruntime as ort
+            import onnxruntime  # noqa: F401  (imported under the lock; sessions are built on need)
             from tokenizers import Tokenizer
 
         try:
@@ -186,26 +191,52 @@ class MiniLMEmbedder(_Packaged):
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self._tokenizer.enable_truncation(max_length=_MAX_TOKENS)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        del model
+        self._model_path = model_path
+        self._digest = digest
+        self._sessions: dict[str, Any] = {}  # "tools", "query": built on first use
+        self._token_types = False  # whether the graph takes token_type_ids (set by the first build)
+        self._building = threading.Lock()
+        self._lock = threading.Lock()
+        self._name = f"{model_package.MODEL_ID}@{digest[:12]}"
+
+    def _built(self, which: Literal["tools", "query"]) -> Any:
+        """The ``tools`` session (the packaged graph, its table looked up in int8) or the
+        ``query`` one (its products in int8 too), built on first use."""
+        session = self._sessions.get(which)
+        if session is not None:
+            return session
+        with self._building:
+            session = self._sessions.get(which)
+            if session is None:
+                session = self._build(which)
+                self._token_types = any(i.name == "token_type_ids" for i in session.get_inputs())
+                self._sessions[which] = session
+        return session
+
+    def _build(self, which: Literal["tools", "query"]) -> Any:
+        import onnxruntime as ort
+
+        model = self._model_path.read_bytes()
+        if hashlib.sha256(model).hexdigest() != self._digest:
+            raise RuntimeError(f"{self._model_path} changed since it was loaded")
+        try:
+            graph = int8_lookups(model) if which == "tools" else int8_matmuls(model)
+        except ModelFormatError as exc:
+            raise RuntimeError(f"{self._model_path} cannot be run in int8: {exc}") from None
+        del model
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3
         # One core: vectors are built in the background while the gateway serves on the other.
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        try:
-            tools_model, query_model = int8_lookups(model), int8_matmuls(model)
-        except ModelFormatError as exc:
-            raise ImportError(f"{model_path} cannot be run in int8: {exc}") from None
-        del model
-        self._session = ort.InferenceSession(
-            tools_model, sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        self._query_session = ort.InferenceSession(
-            query_model, sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        self._inputs = {i.name for i in self._session.get_inputs()}
-        self._lock = threading.Lock()
-        self._name = f"{model_package.MODEL_ID}@{digest[:12]}"
+        return ort.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
+
+    @property
+    def _session(self) -> Any:
+        """The session that embeds tools' texts."""
+        return self._built("tools")
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         import numpy as np
@@ -226,7 +257,7 @@ class MiniLMEmbedder(_Packaged):
         through the int8 session."""
         from residency._search._text import embedding_query  # _text reads the glossary: on need
 
-        found: Vectors = self._encode([embedding_query(query)], self._query_session)[0]
+        found: Vectors = self._encode([embedding_query(query)], self._built("query"))[0]
         return found
 
     def _encode(self, texts: list[str], session: Any) -> Vectors:
@@ -237,7 +268,7 @@ class MiniLMEmbedder(_Packaged):
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self._inputs:
+        if self._token_types:
             feeds["token_type_ids"] = np.zeros_like(ids)
         hidden = session.run(None, feeds)[0]
         weights = mask[..., None].astype(np.float32)
