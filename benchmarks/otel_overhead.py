@@ -7,7 +7,11 @@ Run from the repository root, with the project's venv active (and the ``otel`` e
     python benchmarks/otel_overhead.py --compare REV   # also REV's tracing, in the same rounds
 
 Each variant is a gateway with one in-process upstream (``tests/gateway/traced_upstream.py``)
-and an in-process ``mcp.Client`` that calls the upstream's tool through it, one call at a time:
+and an in-process ``mcp.Client`` that calls the upstream's ``echo`` tool through it, one call at
+a time. ``echo`` answers with its argument, so an answer is as long with tracing on as off (the
+same upstream's ``echo_meta``, which the tests use to see the trace context, answers with the
+call's ``_meta``: tracing on would lengthen every answer it carries through the gateway).
+The variants:
 
 - ``on``: ``residency.telemetry`` set: a span per request, admission and upstream call, batched
   (the SDK's ``BatchSpanProcessor``) and exported over OTLP/HTTP to a receiver that runs in
@@ -82,7 +86,7 @@ async def main(endpoint, *variants):
         clients = {}
         for variant in variants:
             # Pinned, so it is listed: the client knows the tool it calls (as an agent's does).
-            residency = {"ready_wait": 60, "pinned": ["echo_meta"]}
+            residency = {"ready_wait": 60, "pinned": ["echo"]}
             if variant == "on":
                 residency["telemetry"] = {"otlp": {"endpoint": endpoint}, "metric_interval": 1}
             cfg = parse_config(json.dumps({"mcpServers": {}, "residency": residency}))
@@ -91,7 +95,7 @@ async def main(endpoint, *variants):
             await client.list_tools(meta=meta)
             clients[variant] = client
         async def call(client):
-            result = await client.call_tool("echo_meta", {"text": "x"}, meta=meta)
+            result = await client.call_tool("echo", {"text": "x"}, meta=meta)
             assert not result.is_error, result
         for client in clients.values():
             for _ in range(200):
@@ -137,18 +141,18 @@ def span_floor():
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(Dropped()))
     tracer = provider.get_tracer("residency.gateway", "0")
-    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "echo_meta"}
+    tool = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "echo"}
     request = {"mcp.method.name": "tools/call", **tool, "mcp.protocol.version": "2025-11-25"}
     admit = {"residency.admission.decision": "admitted", "residency.admission.reason": "resident",
-             "gen_ai.tool.name": "echo_meta", "residency.upstream": "up"}
+             "gen_ai.tool.name": "echo", "residency.upstream": "up"}
     upstream = {**request, "residency.upstream": "up", "network.transport": "pipe"}
 
     def once(n):
-        server = tracer.start_span("tools/call echo_meta", kind=SpanKind.SERVER,
+        server = tracer.start_span("tools/call echo", kind=SpanKind.SERVER,
                                    attributes={**request, "jsonrpc.request.id": str(n)})
         outer = attach(set_span_in_context(server))
-        tracer.start_span("admit echo_meta", attributes=admit, start_time=time.time_ns()).end()
-        client = tracer.start_span("tools/call echo_meta", kind=SpanKind.CLIENT, attributes=upstream)
+        tracer.start_span("admit echo", attributes=admit, start_time=time.time_ns()).end()
+        client = tracer.start_span("tools/call echo", kind=SpanKind.CLIENT, attributes=upstream)
         inner = attach(set_span_in_context(client))
         detach(inner)
         client.end()
@@ -184,7 +188,7 @@ async def main(endpoint, *variants):
         gateways = {}
         for variant in variants:
             # The in-process workload's gateway, upstream and settings, served by the HTTP front.
-            residency = {"ready_wait": 60, "pinned": ["echo_meta"]}
+            residency = {"ready_wait": 60, "pinned": ["echo"]}
             if variant == "on":
                 residency["telemetry"] = {"otlp": {"endpoint": endpoint}, "metric_interval": 1}
             cfg = parse_config(json.dumps({"mcpServers": {}, "residency": residency}))
@@ -228,14 +232,14 @@ async def main():
                 await client.list_tools(meta=meta)
                 clients[order["connect"]] = client
                 for _ in range(order["warm"]):
-                    result = await client.call_tool("echo_meta", {"text": "x"}, meta=meta)
+                    result = await client.call_tool("echo", {"text": "x"}, meta=meta)
                     assert not result.is_error, result
                 print(json.dumps({"protocol": client.protocol_version}), flush=True)
                 continue
             client, times = clients[order["run"]], []
             for _ in range(order["calls"]):
                 started = time.perf_counter()
-                result = await client.call_tool("echo_meta", {"text": "x"}, meta=meta)
+                result = await client.call_tool("echo", {"text": "x"}, meta=meta)
                 times.append(time.perf_counter() - started)
                 assert not result.is_error, result
             print(json.dumps({"p50_ms": statistics.median(times) * 1000,
@@ -490,7 +494,7 @@ def measure(
         "calls_traced_on": sum(
             1
             for x in http_spans
-            if x.name == "tools/call echo_meta" and x.span.kind == OTLPSpan.SPAN_KIND_SERVER
+            if x.name == "tools/call echo" and x.span.kind == OTLPSpan.SPAN_KIND_SERVER
         ),
         "spans_received": len(http_spans),
         "metric_exports_received": http_metric_exports,

@@ -1,7 +1,8 @@
 """An upstream MCP server that reports the ``_meta`` of each call it receives.
 
 ``echo_meta`` answers with the call's ``params._meta`` as JSON text (so a test sees the trace
-context the gateway sent), ``fail`` answers an ``isError`` result. ``server()`` builds it for
+context the gateway sent), ``echo`` with its ``text`` argument alone (an answer the trace context
+does not lengthen, for ``benchmarks/otel_overhead.py``), ``fail`` answers an ``isError`` result. ``server()`` builds it for
 in-process use; ``python traced_upstream.py`` serves it over stdio.
 """
 
@@ -20,6 +21,15 @@ TOOLS = [
     types.Tool(
         name="echo_meta",
         description="Answer with the _meta of this call.",
+        input_schema={
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "additionalProperties": False,
+        },
+    ),
+    types.Tool(
+        name="echo",
+        description="Answer with the text given.",
         input_schema={
             "type": "object",
             "properties": {"text": {"type": "string"}},
@@ -48,7 +58,10 @@ def server(received: list[dict[str, Any]] | None = None) -> Server[Any]:
         meta = dict(ctx.meta or {})
         if received is not None:
             received.append(meta)
-        text = json.dumps(meta, sort_keys=True)
+        if params.name == "echo":
+            text = str((params.arguments or {}).get("text", ""))
+        else:
+            text = json.dumps(meta, sort_keys=True)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)], is_error=params.name == "fail"
         )
