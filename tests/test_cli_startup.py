@@ -72,3 +72,33 @@ def test_the_startup_bench_times_serve_answering_a_host() -> None:
     assert row["revision"] == "this tree"
     assert 0 < row["initialize_s"] <= row["tools_list_s"] < START
     assert 0 < cast("float", result["import_mcp_s"]) < START
+
+
+_LEAVING = """
+import atexit, sys, threading, time
+from residency import _cli
+def late():
+    time.sleep(0.2)
+    print("a non-daemon thread finished")
+threading.Thread(target=late).start()
+atexit.register(lambda: print("an atexit handler ran"))
+print("buffered, not flushed")  # stdout is a pipe: block-buffered
+_cli.main = lambda: 3
+_cli.entry()
+print("never reached")
+"""
+
+
+def test_the_command_leaves_as_the_interpreter_would_with_its_exit_status() -> None:
+    """``entry`` skips the interpreter's teardown, not what comes before it: threads joined,
+    ``atexit`` handlers run, buffered output written, the status kept."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LEAVING], capture_output=True, text=True, timeout=START
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines() == [
+        "buffered, not flushed",
+        "a non-daemon thread finished",
+        "an atexit handler ran",
+    ]
+    assert done.stderr == ""

@@ -1,5 +1,3 @@
-import sys
+from residency._cli import entry
 
-from residency._cli import main
-
-sys.exit(main())
+entry()
