@@ -492,9 +492,7 @@ def measure(
         # (SERVER) span arrived, against the calls its client made (warm-up included).
         "calls_made_on": WARM_UP + rounds * http_calls,
         "calls_traced_on": sum(
-            1
-            for x in http_spans
-            if x.name == "tools/call echo" and x.span.kind == OTLPSpan.SPAN_KIND_SERVER
+            1 for x in http_spans if x.name == "tools/call echo" and x.span.kind == OTLPSpan.SPAN_KIND_SERVER
         ),
         "spans_received": len(http_spans),
         "metric_exports_received": http_metric_exports,

@@ -92,9 +92,7 @@ print("never reached")
 def test_the_command_leaves_as_the_interpreter_would_with_its_exit_status() -> None:
     """``entry`` skips the interpreter's teardown, not what comes before it: threads joined,
     ``atexit`` handlers run, buffered output written, the status kept."""
-    done = subprocess.run(
-        [sys.executable, "-c", _LEAVING], capture_output=True, text=True, timeout=START
-    )
+    done = subprocess.run([sys.executable, "-c", _LEAVING], capture_output=True, text=True, timeout=START)
     assert done.returncode == 3, done.stderr
     assert done.stdout.splitlines() == [
         "buffered, not flushed",

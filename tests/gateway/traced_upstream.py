@@ -2,8 +2,8 @@
 
 ``echo_meta`` answers with the call's ``params._meta`` as JSON text (so a test sees the trace
 context the gateway sent), ``echo`` with its ``text`` argument alone (an answer the trace context
-does not lengthen, for ``benchmarks/otel_overhead.py``), ``fail`` answers an ``isError`` result. ``server()`` builds it for
-in-process use; ``python traced_upstream.py`` serves it over stdio.
+does not lengthen, for ``benchmarks/otel_overhead.py``), ``fail`` answers an ``isError`` result.
+``server()`` builds it for in-process use; ``python traced_upstream.py`` serves it over stdio.
 """
 
 from __future__ import annotations
@@ -17,25 +17,11 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
+_TEXT = {"type": "object", "properties": {"text": {"type": "string"}}, "additionalProperties": False}
+
 TOOLS = [
-    types.Tool(
-        name="echo_meta",
-        description="Answer with the _meta of this call.",
-        input_schema={
-            "type": "object",
-            "properties": {"text": {"type": "string"}},
-            "additionalProperties": False,
-        },
-    ),
-    types.Tool(
-        name="echo",
-        description="Answer with the text given.",
-        input_schema={
-            "type": "object",
-            "properties": {"text": {"type": "string"}},
-            "additionalProperties": False,
-        },
-    ),
+    types.Tool(name="echo_meta", description="Answer with the _meta of this call.", input_schema=_TEXT),
+    types.Tool(name="echo", description="Answer with the text given.", input_schema=_TEXT),
     types.Tool(
         name="fail",
         description="Fail as a tool.",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import importlib
 import os
 import sys
@@ -156,10 +157,8 @@ def entry() -> NoReturn:
             thread.join()
     atexit._run_exitfuncs()  # logging's flush, weakref finalizers, coverage's save, ...
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing to say
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more to say there
-            pass
     os._exit(code)
 
 
