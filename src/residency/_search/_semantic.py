@@ -166,8 +166,9 @@ class MiniLMEmbedder(_Packaged):
 
     Raises:
         ImportError: the model, its tokenizer, ``onnxruntime`` or ``tokenizers`` is missing, or
-            the model file is not the one its package pins. (A file whose graph the int8 rewrite
-            does not understand is told by the first ``embed`` or ``embed_query``: ``RuntimeError``.)
+            the model file is not the one its package pins. (A graph the int8 rewrite does not
+            understand is told by the first ``embed``, ``RuntimeError``; queries then run through
+            the tools' session, with a warning.)
     """
 
     def __init__(self) -> None:
@@ -196,7 +197,7 @@ class MiniLMEmbedder(_Packaged):
         self._digest = digest
         self._sessions: dict[str, Any] = {}  # "tools", "query": built on first use
         self._token_types = False  # whether the graph takes token_type_ids (set by the first build)
-        self._building = threading.Lock()
+        self._building = threading.RLock()  # a query session may be the tools' one
         self._lock = threading.Lock()
         self._name = f"{model_package.MODEL_ID}@{digest[:12]}"
 
@@ -223,7 +224,11 @@ class MiniLMEmbedder(_Packaged):
         try:
             graph = int8_lookups(model) if which == "tools" else int8_matmuls(model)
         except ModelFormatError as exc:
-            raise RuntimeError(f"{self._model_path} cannot be run in int8: {exc}") from None
+            if which == "tools":
+                raise RuntimeError(f"{self._model_path} cannot be run in int8: {exc}") from None
+            # Queries then run as the tools' texts do: slower, the same vectors.
+            _log.warning("tool search: %s cannot embed queries in int8 (%s)", self._model_path, exc)
+            return self._built("tools")
         del model
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
