@@ -87,10 +87,15 @@ def run_once(index: int, pytest_args: list[str], log_dir: Path, *, ci: bool = Fa
     log = log_dir / f"run-{index}.log"
     clone = ROOT.parent / f".load-test-clone-{os.getpid()}-{index}"
     started = time.monotonic()
+    commit = None
     try:
         with log.open("w") as out:
             if ci:
                 subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, stdout=out)
+                # Each run clones HEAD as it is when the run starts: commits made meanwhile count.
+                commit = subprocess.run(
+                    ["git", "rev-parse", "--short", "HEAD"], cwd=clone, capture_output=True, text=True
+                ).stdout.strip()
                 env = {**os.environ, "CI": "true"}
                 code = subprocess.call(
                     ["bash", ".ci/run"], cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT
@@ -112,6 +117,7 @@ def run_once(index: int, pytest_args: list[str], log_dir: Path, *, ci: bool = Fa
         "log": str(log),
     }
     if ci:
+        result["commit"] = commit
         result["phases"] = {name: int(took) for name, took in _PHASE.findall(text)}
     return result
 
