@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, NoReturn
 
-__all__ = ["Command", "LazyCommands", "main"]
+__all__ = ["Command", "LazyCommands", "entry", "main"]
 
 
 class Command(NamedTuple):

@@ -185,14 +185,12 @@ class MiniLMEmbedder(_Packaged):
         if tokenizer_path is None:
             raise ImportError(f"the tokenizer of the embedding model ({_TOKENIZER_PACKAGE}) is not installed")
         model_path = Path(model_package.model_path())
-        model = model_path.read_bytes()
-        digest = hashlib.sha256(model).hexdigest()
+        digest = hashlib.sha256(model_path.read_bytes()).hexdigest()
         if digest != model_package.SHA256:
             raise ImportError(f"{model_path} is not the model its package pins (sha256 {digest})")
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self._tokenizer.enable_truncation(max_length=_MAX_TOKENS)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-        del model
         self._model_path = model_path
         self._digest = digest
         self._sessions: dict[str, Any] = {}  # "tools", "query": built on first use
