@@ -177,6 +177,34 @@ async def test_past_the_wait_bm25_answers_until_the_vectors_are_ready_and_the_lo
 
 
 @pytest.mark.anyio
+async def test_vectors_a_search_computed_before_the_warm_up_began_are_still_logged(
+    monkeypatch: pytest.MonkeyPatch, model: Counting
+) -> None:
+    # The warm-up waits for the first list; a search right after it may start the vectors
+    # itself, and they may be ready before the warm-up's thread runs again (a busy machine).
+    go = threading.Event()
+
+    def warmed_late(catalog: Any) -> Any:
+        if threading.current_thread().name == "residency-search-warmup":
+            assert go.wait(TEST)
+        return catalog_index(catalog)
+
+    monkeypatch.setattr(gateway_search, "catalog_index", warmed_late)
+    try:
+        async with ready_logged() as said, running({"search_wait": 0}, desk=IncidentDesk()) as gw:
+            async with agent(gw, "legacy") as a:
+                assert ranker(await a.call("search_tools", QUERY)) == "bm25"  # starts the vectors
+                index = catalog_index(gw.catalog)
+                assert await anyio.to_thread.run_sync(index.wait_for_vectors, STEP)
+                assert not said.is_set()  # the warm-up has not looked yet
+                go.set()
+                assert await anyio.to_thread.run_sync(said.wait, STEP)
+                assert search_line(gw).startswith("residency: search fusion (BM25 + counting-words)")
+    finally:
+        go.set()
+
+
+@pytest.mark.anyio
 async def test_a_rebuilt_catalog_is_warmed_without_waiting_for_a_search(model: Counting) -> None:
     desk = IncidentDesk("v1")
     async with ready_logged() as said, running({"search_wait": STEP}, desk=desk) as gw:

@@ -186,9 +186,11 @@ class SearchWarmup:
 
     Args:
         catalog: the catalog to index.
-        on_ready: called (in the warm-up's thread) with the warm-up and the seconds since it
-            started when vectors that were not ready at once become ready (two warm-ups of the
-            same tools share an index, and may both call it).
+        on_ready: called (in the warm-up's thread, before :meth:`wait` returns) with the
+            warm-up and the seconds since it started, once the vectors are ready, unless they
+            were ready when the warm-up was created (two warm-ups of the same tools share an
+            index, and may both call it). A search may have computed them meanwhile: a catalog
+            searched before the warm-up began (it waits for the first list) is still told.
         after: when given, the thread waits until it is set, and at most ``QUIET_START``
             seconds, before it begins (a gateway's first answers go first).
     """
@@ -203,9 +205,12 @@ class SearchWarmup:
         self.tools = len(catalog)
         self._index: ToolIndex | None = None
         self._settled = threading.Event()
+        with _lock:
+            built = _by_catalog.get(catalog.source)
+        ready_at_once = built is not None and built.vectors_ready
         threading.Thread(
             target=self._run,
-            args=(catalog, on_ready, after),
+            args=(catalog, None if ready_at_once else on_ready, after),
             name="residency-search-warmup",
             daemon=True,
         ).start()
@@ -219,11 +224,9 @@ class SearchWarmup:
         if after is not None:
             after.wait(QUIET_START)
         started = time.monotonic()
-        waited = False
         try:
             index = self._index = catalog_index(catalog)
             if not index.vectors_ready:
-                waited = True
                 # In the index's own thread, which loads the model (none: it ends at once) and
                 # is stopped and joined at exit: native code must not run past the interpreter.
                 index.embed_in_background()
@@ -231,12 +234,13 @@ class SearchWarmup:
             # The vectors in memory may be new to the cache's directory (a gateway on another
             # store ran before in this process): a no-op when the directory has them all.
             embedding_cache().flush()
+            # Before the warm-up is settled: whoever waits for it reads what on_ready did.
+            if on_ready is not None and index.vectors_ready:
+                on_ready(self, time.monotonic() - started)
         except Exception:  # the search then builds the index itself, and says why
             _log.warning("tool search: warming the catalog's index failed", exc_info=True)
         finally:
             self._settled.set()
-        if waited and on_ready is not None and self._index is not None and self._index.vectors_ready:
-            on_ready(self, time.monotonic() - started)
 
     @property
     def index(self) -> ToolIndex | None:

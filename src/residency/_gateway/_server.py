@@ -365,7 +365,8 @@ class Gateway:
             await anyio.to_thread.run_sync(warmup.wait, left, abandon_on_cancel=True)
             if warmup is self._warmup:
                 break
-        self._vectors_news = True
+        with self._announcing:  # a warm-up that ends meanwhile sees either side of this
+            self._vectors_news = True
 
     async def _stop_upstreams(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -406,10 +407,10 @@ class Gateway:
         the index the catalog now served uses (a reload that changed nothing builds another
         catalog of the same tools: it shares the index, and its own warm-up found it ready)."""
         index = warmup.index
-        if not self._vectors_news or index is None or catalog_index(self.catalog) is not index:
+        if index is None or catalog_index(self.catalog) is not index:
             return
         with self._announcing:
-            if index in self._announced:
+            if not self._vectors_news or index in self._announced:
                 return
             self._announced.add(index)
         status = warmup.status()
