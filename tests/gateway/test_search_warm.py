@@ -191,15 +191,18 @@ async def test_vectors_a_search_computed_before_the_warm_up_began_are_still_logg
 
     monkeypatch.setattr(gateway_search, "catalog_index", warmed_late)
     try:
-        async with ready_logged() as said, running({"search_wait": 0}, desk=IncidentDesk()) as gw:
-            async with agent(gw, "legacy") as a:
-                assert ranker(await a.call("search_tools", QUERY)) == "bm25"  # starts the vectors
-                index = catalog_index(gw.catalog)
-                assert await anyio.to_thread.run_sync(index.wait_for_vectors, STEP)
-                assert not said.is_set()  # the warm-up has not looked yet
-                go.set()
-                assert await anyio.to_thread.run_sync(said.wait, STEP)
-                assert search_line(gw).startswith("residency: search fusion (BM25 + counting-words)")
+        async with (
+            ready_logged() as said,
+            running({"search_wait": 0}, desk=IncidentDesk()) as gw,
+            agent(gw, "legacy") as a,
+        ):
+            assert ranker(await a.call("search_tools", QUERY)) == "bm25"  # starts the vectors
+            index = catalog_index(gw.catalog)
+            assert await anyio.to_thread.run_sync(index.wait_for_vectors, STEP)
+            assert not said.is_set()  # the warm-up has not looked yet
+            go.set()
+            assert await anyio.to_thread.run_sync(said.wait, STEP)
+            assert search_line(gw).startswith("residency: search fusion (BM25 + counting-words)")
     finally:
         go.set()
 
