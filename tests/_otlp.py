@@ -75,12 +75,22 @@ class OTLPReceiver:
         self.traces: list[ExportTraceServiceRequest] = []
         self.metrics: list[ExportMetricsServiceRequest] = []
         self.refused = 0
+        self.unavailable = 0  # the next requests answered 503 (Service Unavailable)
         self._changed = threading.Condition()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with receiver._changed:
+                    busy = receiver.unavailable > 0
+                    receiver.unavailable -= busy
+                if busy:  # as a collector under load answers: try again (at once)
+                    self.send_response(503)
+                    self.send_header("Retry-After", "0")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
                 response: Any

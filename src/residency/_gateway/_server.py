@@ -289,6 +289,8 @@ class Gateway:
                 self.tracing.start()
                 stack.push_async_callback(_stop_tracing, self.tracing)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
+            if self.tracing is not None:
+                await self._tg.start(self.tracing.run_exports)  # spans sent from this loop
             self._fanout = _fanout_for(self._store)
             if self._fanout is not None:
                 stack.push_async_callback(self._fanout.aclose)
@@ -754,6 +756,7 @@ def _tracing_for(config: GatewayConfig, telemetry: Telemetry, secrets: Secrets) 
 
 async def _stop_tracing(tracing: Tracing) -> None:
     with anyio.CancelScope(shield=True):
+        await tracing.aclose_exports()
         await anyio.to_thread.run_sync(tracing.shutdown)
 
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -41,7 +41,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
-__all__ = ["ReadableExporter", "SpanRecord", "SpanRecorder", "SpanShape", "readable"]
+__all__ = ["ReadableExporter", "SpanRecord", "SpanRecorder", "SpanShape", "SpanSink", "readable"]
 
 _SAMPLED = TraceFlags.SAMPLED
 _RANDOM = TraceFlags.RANDOM_TRACE_ID
@@ -93,10 +93,19 @@ class SpanRecord:
         self.status = (code, description if code is StatusCode.ERROR else None)
 
 
+class SpanSink(Protocol):
+    """What ``SpanRecorder`` hands sampled spans to: the SDK's ``SpanProcessor``, or the
+    gateway's ``LoopSpanExport``."""
+
+    def on_end(self, span: ReadableSpan) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
 class SpanRecorder:
     """Starts and ends ``SpanRecord``s under ``sampler``; sampled ones go to ``processor``."""
 
-    def __init__(self, sampler: Sampler, processor: SpanProcessor | None) -> None:
+    def __init__(self, sampler: Sampler, processor: SpanSink | None) -> None:
         self._sampler = sampler
         self._default = sampler is DEFAULT_ON
         self._processor = processor

@@ -63,8 +63,10 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
+import anyio
+import anyio.abc
 import mcp_types as types
 from mcp import Client, MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -101,7 +103,11 @@ from prometheus_client import CollectorRegistry
 from residency._errors import ConfigError
 from residency._gateway._config import Secrets
 from residency._gateway._otel_config import TelemetrySettings
-from residency._gateway._span_records import ReadableExporter, SpanRecorder, SpanShape
+from residency._gateway._span_records import ReadableExporter, SpanRecorder, SpanShape, SpanSink
+
+if TYPE_CHECKING:
+    from residency._gateway._loop_export import LoopSpanExport
+    from residency._gateway._otlp_spans import FastOTLPSpanExporter
 
 __all__ = ["SEMCONV", "Tracing", "registry_metrics"]
 
@@ -145,8 +151,19 @@ class Tracing:
         self._scope = InstrumentationScope(SCOPE, version)
         self._propagator = TraceContextTextMapPropagator()
         span_exporter, self._metric_exporter = _exporters(settings, self.resource, self._scope)
-        # The SDK's defaults (and its OTEL_BSP_* variables) for the batches.
-        self._processor = BatchSpanProcessor(span_exporter) if span_exporter is not None else None
+        # Batched with the SDK's defaults (and its OTEL_BSP_* variables); OTLP/HTTP from the
+        # gateway's event loop (``_loop_export``), gRPC by the SDK's processor and its thread.
+        self._loop_export: LoopSpanExport | None = None
+        self._processor: SpanSink | None = None
+        if span_exporter is not None and settings.otlp.protocol == "http/protobuf":
+            # Imported here: the HTTP exporter's package is there (``_exporters`` checked).
+            from residency._gateway._loop_export import LoopSpanExport, loop_sendable
+
+            if loop_sendable():
+                self._loop_export = LoopSpanExport(cast("FastOTLPSpanExporter", span_exporter))
+                self._processor = self._loop_export
+        if span_exporter is not None and self._processor is None:
+            self._processor = BatchSpanProcessor(span_exporter)
         # The sampler a tracer provider would use (OTEL_TRACES_SAMPLER, or parent-based always-on).
         sampler = TracerProvider(resource=self.resource, shutdown_on_exit=False).sampler
         self._spans = SpanRecorder(sampler, self._processor)
@@ -156,10 +173,26 @@ class Tracing:
     # -- lifetime ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the metric exports (spans are batched and sent from the start)."""
+        """Start the metric exports (spans are batched from the start; ``run_exports`` sends
+        them over OTLP/HTTP)."""
         if self._metric_exporter is not None and self._pusher is None:
             self._pusher = threading.Thread(target=self._push, name="residency-otel-metrics", daemon=True)
             self._pusher.start()
+
+    async def run_exports(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Send the spans' batches from the calling event loop until cancelled (a task of the
+        gateway's task group); returns at once where the SDK's processor sends them."""
+        if self._loop_export is None:
+            task_status.started()
+            return
+        await self._loop_export.run(task_status=task_status)
+
+    async def aclose_exports(self) -> None:
+        """Send the spans still queued for the loop's sender (before ``shutdown``)."""
+        if self._loop_export is not None:
+            await self._loop_export.aclose()
 
     def shutdown(self) -> None:
         """Send what is pending (spans, one last metric export) and stop. Blocking: run it in a
@@ -173,7 +206,7 @@ class Tracing:
             self._metric_exporter.shutdown()
             self._metric_exporter = None
         if self._processor is not None:
-            self._processor.shutdown()  # type: ignore[no-untyped-call]  # the SDK's is not annotated
+            self._processor.shutdown()
 
     def _push(self) -> None:
         while not self._stop.wait(self.settings.metric_interval):

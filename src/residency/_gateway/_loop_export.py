@@ -1,0 +1,290 @@
+"""The gateway's spans batched and sent over OTLP/HTTP from its own event loop, not a thread.
+
+The SDK's ``BatchSpanProcessor`` sends from a thread of its own, with a blocking HTTP client.
+Measured under the tracing benchmark's workload (``benchmarks/otel_overhead.py``), that thread
+was most of what tracing cost a call in the gateway's process: not for the CPU it spends (under
+a millisecond a batch of 512 spans), but for the interpreter lock. Between its socket reads and
+writes the thread runs Python, and the event loop, which gives the lock up at every turn, waits
+for it each time. Sending the same bytes from the loop, with the ``httpx2`` client the gateway
+already uses for its upstreams, costs the loop the same work without the waits.
+
+So for OTLP/HTTP a ``LoopSpanExport`` takes the processor's place: ``on_end`` queues a span
+(the spans end on the loop), and a task in the gateway's task group sends a batch when
+``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` spans wait or ``OTEL_BSP_SCHEDULE_DELAY`` has passed, as
+the SDK's processor does (and, as there, drops spans past ``OTEL_BSP_MAX_QUEUE_SIZE``). The
+bytes are ``_otlp_spans``' encoding; the endpoint, headers, compression and timeout are those
+the SDK's exporter resolved (its ``OTEL_EXPORTER_OTLP_*`` variables included), TLS follows its
+certificate variables, and transient failures (429, 502, 503, 504, a lost connection) are
+retried with its backoff within the timeout. What this cannot honour, a credential provider
+(``OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER``, a ``requests`` session) or a
+batch the encoder does not handle, goes through the SDK's exporter in a worker thread.
+
+Spans ended outside the loop (a ``Tracing`` used without a gateway) wait in the queue; the
+synchronous ``shutdown`` sends them with the SDK's exporter.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import random
+import ssl
+import threading
+import time
+import zlib
+from collections.abc import Sequence
+from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import anyio.abc
+import httpx2
+from opentelemetry.exporter.otlp.common.http import Compression
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from residency._gateway._otlp_spans import FastOTLPSpanExporter, NotEncodable
+
+__all__ = ["LoopSpanExport", "batch_settings", "loop_sendable"]
+
+logger = logging.getLogger("residency.gateway")
+
+_RETRYABLE = frozenset({429, 502, 503, 504})
+_TRIES = 6  # the SDK's: at most six attempts, each within what is left of the timeout
+_JITTER = 0.2
+_CREDENTIAL_PROVIDER = "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        logger.warning("telemetry: %s=%r is not a positive integer; using %d", name, raw, default)
+        return default
+    return value
+
+
+def batch_settings() -> tuple[int, int, float]:
+    """``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` and
+    ``OTEL_BSP_SCHEDULE_DELAY`` (in seconds), with the SDK's defaults (2048, 512, 5 s); a batch
+    is never larger than the queue."""
+    queue = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+    batch = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), queue)
+    delay = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+    return queue, batch, delay
+
+
+def loop_sendable() -> bool:
+    """Whether the environment leaves the sending to this module (no credential provider)."""
+    return not os.environ.get(_CREDENTIAL_PROVIDER, "").strip()
+
+
+def _tls() -> tuple[ssl.SSLContext | bool, tuple[str, str] | None]:
+    """``verify`` and ``cert`` for the client, from the variables the SDK's exporter reads."""
+
+    def env(signal: str, common: str) -> str | None:
+        return os.environ.get(signal) or os.environ.get(common) or None
+
+    ca = env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE")
+    key = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY")
+    certificate = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")
+    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca) if ca else True
+    return verify, (certificate, key) if certificate and key else None
+
+
+def _retry_after(response: httpx2.Response) -> float | None:
+    value = response.headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+class LoopSpanExport:
+    """The gateway's span processor for OTLP/HTTP (see the module docstring).
+
+    Args:
+        exporter: the SDK exporter, configured: its settings are read, and it sends what this
+            cannot.
+    """
+
+    def __init__(self, exporter: FastOTLPSpanExporter) -> None:
+        self._exporter = exporter
+        self._queue_size, self._batch_size, self._delay = batch_settings()
+        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self._dropped = 0
+        self._loop_thread: int | None = None
+        self._wake: anyio.Event | None = None
+        self._client: httpx2.AsyncClient | None = None
+        self._failed_once = False
+        client = exporter._client  # the SDK's resolved settings (endpoint, headers, timeout)
+        self._endpoint: str = client._endpoint
+        self._headers: dict[str, str] = dict(client._headers)
+        self._timeout: float = client._timeout
+        self._compression: Compression = client._compression
+
+    # -- the processor's side ----------------------------------------------------------------
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue a sampled span that ended (what ``SpanProcessor.on_end`` is given)."""
+        if len(self._queue) >= self._queue_size:
+            self._dropped += 1
+            if self._dropped == 1:
+                logger.warning(
+                    "telemetry: the span queue is full (%d, OTEL_BSP_MAX_QUEUE_SIZE); "
+                    "spans are dropped until the collector takes them",
+                    self._queue_size,
+                )
+            return
+        self._queue.append(span)
+        wake = self._wake
+        if (
+            wake is not None
+            and len(self._queue) >= self._batch_size
+            and threading.get_ident() == self._loop_thread
+        ):
+            wake.set()
+
+    @property
+    def dropped(self) -> int:
+        """Spans dropped because the queue was full."""
+        return self._dropped
+
+    # -- the sender ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Send batches until cancelled (a task of the gateway's task group); ``aclose`` sends
+        what is left."""
+        self._loop_thread = threading.get_ident()
+        verify, cert = _tls()
+        self._client = httpx2.AsyncClient(verify=verify, cert=cert, timeout=self._timeout)
+        self._wake = anyio.Event()
+        task_status.started()
+        while True:
+            with anyio.move_on_after(self._delay):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            # Full batches, as long as there are (spans keep coming while one is sent); after the
+            # delay, what is queued too (up to one batch), as the SDK's processor does.
+            await self._send_queued(everything=False)
+
+    async def aclose(self) -> None:
+        """Send what is queued (bounded by the export timeout) and close the client."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+            await self._send_queued()
+        if self._queue:  # the timeout passed: what is left is not tried again
+            self._failed(f"{len(self._queue)} spans not exported (the export timeout passed at shutdown)")
+            self._queue.clear()
+        self._wake = None
+        self._loop_thread = None
+        if self._client is not None:
+            with anyio.CancelScope(shield=True):
+                await self._client.aclose()
+            self._client = None
+
+    def shutdown(self) -> None:
+        """Send what is queued with the SDK's exporter, then stop it (no loop needed)."""
+        while self._queue:
+            batch = self._take()
+            self._exporter.export(batch)
+        self._exporter.shutdown()
+
+    def _take(self) -> list[ReadableSpan]:
+        count = min(self._batch_size, len(self._queue))
+        return [self._queue.popleft() for _ in range(count)]
+
+    async def _send_queued(self, *, everything: bool = True) -> None:
+        """Send what is queued: everything, or one batch and then full batches only (the
+        spans that come while one is sent wait for a full batch or the next delay)."""
+        sent = 0
+        while self._queue and (everything or sent == 0 or len(self._queue) >= self._batch_size):
+            sent += 1
+            batch = self._take()
+            try:
+                await self._send(batch)
+            except Exception as exc:  # whatever it is, the gateway goes on serving
+                self._failed(f"{len(batch)} spans not exported ({type(exc).__name__})")
+            except BaseException:
+                # Cancelled mid-send (the gateway is stopping): the batch goes back, for aclose.
+                self._queue.extendleft(reversed(batch))
+                raise
+
+    async def _send(self, batch: Sequence[ReadableSpan]) -> None:
+        client = self._client
+        try:
+            body = self._exporter._encoder.request(batch)
+        except NotEncodable:
+            client = None
+        if client is None:  # a span the encoder does not handle: the SDK's path, in a thread
+            result = await anyio.to_thread.run_sync(self._exporter.export, batch)
+            if result is not SpanExportResult.SUCCESS:
+                self._failed(f"{len(batch)} spans not exported")
+            return
+        if self._compression is Compression.GZIP:
+            body = await anyio.to_thread.run_sync(_gzip, body)  # zlib leaves the lock
+        elif self._compression is Compression.DEFLATE:
+            body = await anyio.to_thread.run_sync(zlib.compress, body)
+        await self._post(client, body, len(batch))
+
+    async def _post(self, client: httpx2.AsyncClient, body: bytes, spans: int) -> None:
+        deadline = anyio.current_time() + self._timeout
+        problem = ""
+        for attempt in range(_TRIES):
+            left = deadline - anyio.current_time()
+            if left <= 0:
+                break
+            backoff = 2**attempt * random.uniform(1 - _JITTER, 1 + _JITTER)
+            try:
+                with anyio.fail_after(left):
+                    response = await client.post(self._endpoint, content=body, headers=self._headers)
+            except (httpx2.TransportError, TimeoutError) as exc:
+                problem = type(exc).__name__
+            else:
+                if 200 <= response.status_code < 400:
+                    if self._failed_once:
+                        self._failed_once = False
+                        logger.info("telemetry: spans are exported again")
+                    return
+                problem = f"HTTP {response.status_code}"
+                if response.status_code not in _RETRYABLE:
+                    break
+                after = _retry_after(response)
+                backoff = backoff if after is None else after
+            if backoff >= deadline - anyio.current_time():
+                break
+            await anyio.sleep(backoff)
+        self._failed(f"{spans} spans not exported ({problem or 'timeout'})")
+
+    def _failed(self, what: str) -> None:
+        # Once until an export succeeds again: a collector that is down must not flood the log.
+        if not self._failed_once:
+            self._failed_once = True
+            logger.warning(
+                "telemetry: %s to %s; the next batches are tried as they come", what, _shown(self._endpoint)
+            )
+
+
+def _gzip(body: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(body)
+
+
+def _shown(url: str) -> str:
+    """``url`` as a log line may show it: without a user name or password."""
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

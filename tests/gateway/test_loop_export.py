@@ -1,0 +1,149 @@
+"""The gateway's spans sent over OTLP/HTTP from its event loop (``_loop_export``): batches,
+the delay, a full queue, a busy collector, compression, and what is left at the end.
+
+Every test sends to a real OTLP/HTTP receiver (``tests._otlp``, which decodes what arrives with
+the official protobuf definitions), from a ``Tracing`` whose sender runs in the test's loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from prometheus_client import CollectorRegistry
+
+from residency._gateway._config import Secrets
+from residency._gateway._loop_export import batch_settings
+from residency._gateway._otel_config import TelemetrySettings
+from residency._gateway._tracing import Tracing
+from tests._otlp import OTLPReceiver
+from tests._timing import STEP
+
+pytestmark = pytest.mark.anyio
+
+
+def tracing(rx: OTLPReceiver) -> Tracing:
+    settings = TelemetrySettings.model_validate({"otlp": {"endpoint": rx.endpoint}, "metrics": False})
+    return Tracing(settings, CollectorRegistry(), Secrets(), "0")
+
+
+@asynccontextmanager
+async def sending(t: Tracing) -> AsyncIterator[Tracing]:
+    """``t`` with its sender running in this loop, as a gateway runs it; closed as a gateway
+    closes it (what is queued is sent, then the exporter stops)."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(t.run_exports)
+        try:
+            yield t
+        finally:
+            tg.cancel_scope.cancel()
+    await t.aclose_exports()
+    await anyio.to_thread.run_sync(t.shutdown)
+
+
+def admit(t: Tracing, n: int, tool: str = "get_thing") -> None:
+    for i in range(n):
+        t.admission(tool, i + 1, reason="resident", refused=False)
+
+
+async def received(rx: OTLPReceiver, spans: int) -> bool:
+    return await anyio.to_thread.run_sync(rx.wait_for, lambda: len(rx.spans()) >= spans, STEP)
+
+
+def test_the_batch_settings_are_the_sdks_and_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert batch_settings() == (2048, 512, 5.0)
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "100")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "500")  # more than the queue: the queue's
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "250")
+    assert batch_settings() == (100, 100, 0.25)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "soon")
+    assert batch_settings()[2] == 5.0
+
+
+async def test_a_full_batch_is_sent_at_once_and_the_rest_waits_for_the_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", str(int(STEP * 10 * 1000)))  # never, here
+    with OTLPReceiver() as rx:
+        async with sending(tracing(rx)) as t:
+            admit(t, 6)
+            assert await received(rx, 4)
+            await anyio.sleep(0.2)
+            assert [len(r.resource_spans[0].scope_spans[0].spans) for r in rx.traces] == [4]
+        # The two left were sent when the tracing closed.
+        assert len(rx.spans()) == 6 and len(rx.traces) == 2
+
+
+async def test_spans_short_of_a_batch_are_sent_after_the_delay(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    with OTLPReceiver() as rx:
+        async with sending(tracing(rx)) as t:
+            admit(t, 3)
+            assert await received(rx, 3)
+            assert len(rx.traces) == 1
+    names = {s.name for s in rx.spans()}
+    assert names == {"admit get_thing"}
+
+
+async def test_a_busy_collector_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    with OTLPReceiver() as rx:
+        rx.unavailable = 2  # two 503 answers with Retry-After: 0, then 200
+        async with sending(tracing(rx)) as t:
+            admit(t, 2)
+            assert await received(rx, 2)
+        assert rx.unavailable == 0 and len(rx.spans()) == 2
+
+
+async def test_a_full_queue_without_a_sender_keeps_what_fits(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "3")
+    caplog.set_level(logging.WARNING, logger="residency.gateway")
+    with OTLPReceiver() as rx:
+        t = tracing(rx)
+        admit(t, 5)  # no loop runs the sender: the queue fills
+        t.shutdown()  # sent by the SDK's exporter, in this thread
+        assert len(rx.spans()) == 3
+    assert t._loop_export is not None and t._loop_export.dropped == 2
+    assert len([r for r in caplog.records if "span queue is full" in r.getMessage()]) == 1
+
+
+async def test_compressed_batches_arrive_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "gzip")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    with OTLPReceiver() as rx:
+        async with sending(tracing(rx)) as t:
+            admit(t, 20)
+            assert await received(rx, 20)
+        assert {h.get("Content-Encoding") for h in rx.headers} == {"gzip"}
+        assert len(rx.spans()) == 20
+
+
+async def test_a_collector_that_is_down_is_logged_once_and_the_spans_are_let_go(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    caplog.set_level(logging.WARNING, logger="residency.gateway")
+    settings = TelemetrySettings.model_validate(
+        {"otlp": {"endpoint": f"http://127.0.0.1:{port}", "timeout": 1}, "metrics": False}
+    )
+    t = Tracing(settings, CollectorRegistry(), Secrets(), "0")
+    with anyio.fail_after(STEP):
+        async with sending(t):
+            admit(t, 2)
+            await anyio.sleep(0.3)
+            admit(t, 2)
+            await anyio.sleep(0.3)
+    assert t._loop_export is not None and not t._loop_export._queue
+    failures = [r for r in caplog.records if "spans not exported" in r.getMessage()]
+    assert len(failures) == 1 and f"127.0.0.1:{port}" in failures[0].getMessage()
