@@ -11,8 +11,9 @@ What the SDK decides is decided the same way: the sampler is the SDK's (``OTEL_T
 ``OTEL_TRACES_SAMPLER_ARG``; the default, parent-based always-on, is evaluated inline: a span
 is sampled when it has no parent or a sampled one), the trace and span ids are random as the
 SDK's, a child keeps its parent's trace id, trace state and random-trace-id flag, and only
-sampled spans reach the ``BatchSpanProcessor`` (its ``OTEL_BSP_*`` settings apply). The
-records pass through that processor to the exporter as the SDK's spans would; ``readable``
+sampled spans reach the processor (``_loop_export`` over OTLP/HTTP, the SDK's
+``BatchSpanProcessor`` over gRPC; their ``OTEL_BSP_*`` settings apply). The records pass
+through it to the exporter as the SDK's spans would; ``readable``
 turns one into the SDK's ``ReadableSpan`` for an exporter that needs those (gRPC). Not
 applied: the SDK's span limits (``OTEL_SPAN_ATTRIBUTE_*``, ``OTEL_ATTRIBUTE_*``); a gateway span
 has at most eight attributes, each set by the gateway, and no events or links.

@@ -42,9 +42,10 @@ attribute dicts, the read-only copy at their end) and the export thread's re-rea
 attribute to encode them were most of what tracing cost a call, well above their time in a
 tight loop. A record is started under the same sampler (``OTEL_TRACES_SAMPLER``; by default
 parent-based, always on: every span is recorded and exported), with the parent the SDK would
-give it (the client's ``_meta`` context, else the current span), goes through the SDK's
-``BatchSpanProcessor`` (``OTEL_BSP_*``), and is encoded by ``_otlp_spans`` from its shape's
-bytes, written once. The request and upstream spans are made current (as ``NonRecordingSpan``s
+give it (the client's ``_meta`` context, else the current span), is batched (``OTEL_BSP_*``)
+and sent over OTLP/HTTP from the gateway's event loop (``_loop_export``: a sending thread costs
+the loop its waits for the interpreter lock), and is encoded by ``_otlp_spans`` from its
+shape's bytes, written once. Over gRPC the SDK's ``BatchSpanProcessor`` sends them. The request and upstream spans are made current (as ``NonRecordingSpan``s
 of their context, with ``attach``/``detach``), so code that reads the current span, the ``mcp``
 client's propagation among it, sees them.
 
