@@ -10,7 +10,9 @@ another path), and keeps what it decoded for the tests to read.
 from __future__ import annotations
 
 import gzip
+import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,13 +71,15 @@ class ReceivedSpan:
 
 
 class OTLPReceiver:
-    """Serves on 127.0.0.1 (a free port) while entered; ``endpoint`` is its base URL."""
+    """Serves on 127.0.0.1 (a free port) while entered; ``endpoint`` is its base URL. With
+    ``tls`` (a server context) it serves HTTPS."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.traces: list[ExportTraceServiceRequest] = []
         self.metrics: list[ExportMetricsServiceRequest] = []
         self.refused = 0
         self.unavailable = 0  # the next requests answered 503 (Service Unavailable)
+        self.answer_after = 0.0  # seconds between taking a request and answering it
         self._changed = threading.Condition()
         receiver = self
 
@@ -115,6 +119,7 @@ class OTLPReceiver:
                     target.append(request)
                     receiver.headers.append(dict(self.headers))
                     receiver._changed.notify_all()
+                time.sleep(receiver.answer_after)  # a slow collector: taken, answered later
                 payload = response.SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -128,12 +133,17 @@ class OTLPReceiver:
         self.headers: list[dict[str, str]] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        self._scheme = "http"
+        if tls is not None:  # HTTPS: the handshake happens as a request is read
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True)
+            self._scheme = "https"
+
         self._thread: threading.Thread | None = None
 
     @property
     def endpoint(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self._scheme}://{host!s}:{port}"
 
     def __enter__(self) -> OTLPReceiver:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)

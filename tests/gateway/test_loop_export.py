@@ -1,5 +1,5 @@
 """The gateway's spans sent over OTLP/HTTP from its event loop (``_loop_export``): batches,
-the delay, a full queue, a busy collector, compression, and what is left at the end.
+the delay, a full queue, a busy collector, compression, TLS, and what is left at the end.
 
 Every test sends to a real OTLP/HTTP receiver (``tests._otlp``, which decodes what arrives with
 the official protobuf definitions), from a ``Tracing`` whose sender runs in the test's loop.
@@ -8,11 +8,14 @@ the official protobuf definitions), from a ``Tracing`` whose sender runs in the 
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import anyio
 import pytest
+import trustme
 from prometheus_client import CollectorRegistry
 
 from residency._gateway._config import Secrets
@@ -25,8 +28,10 @@ from tests._timing import STEP
 pytestmark = pytest.mark.anyio
 
 
-def tracing(rx: OTLPReceiver) -> Tracing:
-    settings = TelemetrySettings.model_validate({"otlp": {"endpoint": rx.endpoint}, "metrics": False})
+def tracing(rx: OTLPReceiver, timeout: float = 10) -> Tracing:
+    settings = TelemetrySettings.model_validate(
+        {"otlp": {"endpoint": rx.endpoint, "timeout": timeout}, "metrics": False}
+    )
     return Tracing(settings, CollectorRegistry(), Secrets(), "0")
 
 
@@ -99,6 +104,19 @@ async def test_a_busy_collector_is_tried_again(monkeypatch: pytest.MonkeyPatch) 
         assert rx.unavailable == 0 and len(rx.spans()) == 2
 
 
+async def test_a_batch_under_way_when_the_sender_stops_is_finished_and_sent_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    with OTLPReceiver() as rx:
+        rx.answer_after = 0.5
+        async with sending(tracing(rx)) as t:
+            admit(t, 5)
+            assert await received(rx, 5)  # taken; the answer is half a second away
+        # Cut off there, the batch would have been tried again by the close: twice.
+        assert len(rx.spans()) == 5 and len(rx.traces) == 1
+
+
 async def test_a_full_queue_without_a_sender_keeps_what_fits(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -147,3 +165,73 @@ async def test_a_collector_that_is_down_is_logged_once_and_the_spans_are_let_go(
     assert t._loop_export is not None and not t._loop_export._queue
     failures = [r for r in caplog.records if "spans not exported" in r.getMessage()]
     assert len(failures) == 1 and f"127.0.0.1:{port}" in failures[0].getMessage()
+
+
+# -- TLS, as the SDK exporter's certificate variables say ------------------------------------
+
+
+@pytest.fixture
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+def https_receiver(ca: trustme.CA, *, client_certificates: bool = False) -> OTLPReceiver:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    if client_certificates:  # mutual TLS: a client without a certificate of this CA is refused
+        context.verify_mode = ssl.CERT_REQUIRED
+        ca.configure_trust(context)
+    return OTLPReceiver(tls=context)
+
+
+async def test_https_trusts_the_certificate_authority_the_variables_name(
+    monkeypatch: pytest.MonkeyPatch, ca: trustme.CA, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    authority = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(authority))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(authority))
+    with https_receiver(ca) as rx:
+        assert rx.endpoint.startswith("https://")
+        async with sending(tracing(rx)) as t:
+            admit(t, 2)
+            assert await received(rx, 2)
+
+
+async def test_https_with_an_unknown_authority_sends_nothing(
+    monkeypatch: pytest.MonkeyPatch, ca: trustme.CA, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    caplog.set_level(logging.WARNING, logger="residency.gateway")
+    with https_receiver(ca) as rx:
+        async with sending(tracing(rx, timeout=1)) as t:  # a refused handshake is tried again
+            admit(t, 2)
+            await anyio.sleep(0.5)
+        assert rx.spans() == []
+    assert any("spans not exported (ConnectError)" in r.getMessage() for r in caplog.records)
+
+
+async def test_mutual_tls_presents_the_client_certificate_the_variables_name(
+    monkeypatch: pytest.MonkeyPatch, ca: trustme.CA, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    authority, chain, key = tmp_path / "ca.pem", tmp_path / "client.pem", tmp_path / "client.key"
+    ca.cert_pem.write_to_path(str(authority))
+    client = ca.issue_cert("otel-client@example.org")
+    client.cert_chain_pems[0].write_to_path(str(chain))
+    client.private_key_pem.write_to_path(str(key))
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", str(authority))
+    with https_receiver(ca, client_certificates=True) as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", str(chain))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", str(key))
+        async with sending(tracing(rx)) as t:
+            admit(t, 2)
+            assert await received(rx, 2)
+        # One file that holds both, as the SDK also takes.
+        both = tmp_path / "client-both.pem"
+        client.private_key_and_cert_chain_pem.write_to_path(str(both))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", str(both))
+        monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY")
+        async with sending(tracing(rx)) as t:
+            admit(t, 3)
+            assert await received(rx, 5)

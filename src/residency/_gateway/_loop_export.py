@@ -39,6 +39,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import httpx2
 from opentelemetry.exporter.otlp.common.http import Compression
 from opentelemetry.sdk.trace import ReadableSpan
@@ -85,8 +86,10 @@ def loop_sendable() -> bool:
     return not os.environ.get(_CREDENTIAL_PROVIDER, "").strip()
 
 
-def _tls() -> tuple[ssl.SSLContext | bool, tuple[str, str] | None]:
-    """``verify`` and ``cert`` for the client, from the variables the SDK's exporter reads."""
+def _tls() -> ssl.SSLContext | bool:
+    """The client's ``verify``, from the variables the SDK's exporter reads: a CA file (or
+    directory), and a client certificate with its key (a certificate without a key file is a
+    file that holds both). True (the client's default trust) when none is set."""
 
     def env(signal: str, common: str) -> str | None:
         return os.environ.get(signal) or os.environ.get(common) or None
@@ -94,8 +97,17 @@ def _tls() -> tuple[ssl.SSLContext | bool, tuple[str, str] | None]:
     ca = env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE")
     key = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY")
     certificate = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")
-    verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca) if ca else True
-    return verify, (certificate, key) if certificate and key else None
+    if ca is None and certificate is None:
+        return True
+    if ca is None:
+        context = httpx2.create_ssl_context()
+    elif os.path.isdir(ca):
+        context = ssl.create_default_context(capath=ca)
+    else:
+        context = ssl.create_default_context(cafile=ca)
+    if certificate is not None:
+        context.load_cert_chain(certificate, key)
+    return context
 
 
 def _retry_after(response: httpx2.Response) -> float | None:
@@ -169,8 +181,7 @@ class LoopSpanExport:
         """Send batches until cancelled (a task of the gateway's task group); ``aclose`` sends
         what is left."""
         self._loop_thread = threading.get_ident()
-        verify, cert = _tls()
-        self._client = httpx2.AsyncClient(verify=verify, cert=cert, timeout=self._timeout)
+        self._client = httpx2.AsyncClient(verify=_tls(), timeout=self._timeout)
         self._wake = anyio.Event()
         task_status.started()
         while True:
@@ -182,11 +193,14 @@ class LoopSpanExport:
             await self._send_queued(everything=False)
 
     async def aclose(self) -> None:
-        """Send what is queued (bounded by the export timeout) and close the client."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
-            await self._send_queued()
-        if self._queue:  # the timeout passed: what is left is not tried again
-            self._failed(f"{len(self._queue)} spans not exported (the export timeout passed at shutdown)")
+        """Send what is queued (bounded by the export timeout; not tried when the collector
+        failed the last batch) and close the client. A batch is sent at most once: one under way
+        when the sender was cancelled was finished first."""
+        if not self._failed_once:  # a collector that failed the last batch is not waited for
+            with anyio.CancelScope(shield=True), anyio.move_on_after(self._timeout):
+                await self._send_queued()
+        if self._queue:
+            self._failed(f"{len(self._queue)} spans not exported at shutdown")
             self._queue.clear()
         self._wake = None
         self._loop_thread = None
@@ -211,16 +225,16 @@ class LoopSpanExport:
         spans that come while one is sent wait for a full batch or the next delay)."""
         sent = 0
         while self._queue and (everything or sent == 0 or len(self._queue) >= self._batch_size):
+            await anyio.lowlevel.checkpoint_if_cancelled()  # stopping: the rest is aclose's
             sent += 1
             batch = self._take()
-            try:
-                await self._send(batch)
-            except Exception as exc:  # whatever it is, the gateway goes on serving
-                self._failed(f"{len(batch)} spans not exported ({type(exc).__name__})")
-            except BaseException:
-                # Cancelled mid-send (the gateway is stopping): the batch goes back, for aclose.
-                self._queue.extendleft(reversed(batch))
-                raise
+            # A batch under way is finished (bounded by the timeout) even when the gateway
+            # stops meanwhile: cut off, it might have arrived, and sent again, arrive twice.
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self._send(batch)
+                except Exception as exc:  # whatever it is, the gateway goes on serving
+                    self._failed(f"{len(batch)} spans not exported ({type(exc).__name__})")
 
     async def _send(self, batch: Sequence[ReadableSpan]) -> None:
         client = self._client

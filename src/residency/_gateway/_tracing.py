@@ -45,9 +45,10 @@ parent-based, always on: every span is recorded and exported), with the parent t
 give it (the client's ``_meta`` context, else the current span), is batched (``OTEL_BSP_*``)
 and sent over OTLP/HTTP from the gateway's event loop (``_loop_export``: a sending thread costs
 the loop its waits for the interpreter lock), and is encoded by ``_otlp_spans`` from its
-shape's bytes, written once. Over gRPC the SDK's ``BatchSpanProcessor`` sends them. The request and upstream spans are made current (as ``NonRecordingSpan``s
-of their context, with ``attach``/``detach``), so code that reads the current span, the ``mcp``
-client's propagation among it, sees them.
+shape's bytes, written once. Over gRPC the SDK's ``BatchSpanProcessor`` sends them. The
+request and upstream spans are made current (as ``NonRecordingSpan``s of their context, with
+``attach``/``detach``), so code that reads the current span, the ``mcp`` client's propagation
+among it, sees them.
 
 Metrics have one source: the ``Telemetry``'s Prometheus registry, the same that ``/metrics``
 serves. Every ``metric_interval`` seconds (and once more at shutdown) a thread reads it and
