@@ -18,6 +18,7 @@ import pytest
 import trustme
 from prometheus_client import CollectorRegistry
 
+from residency._errors import ConfigError
 from residency._gateway._config import Secrets
 from residency._gateway._loop_export import batch_settings
 from residency._gateway._otel_config import TelemetrySettings
@@ -235,3 +236,23 @@ async def test_mutual_tls_presents_the_client_certificate_the_variables_name(
         async with sending(tracing(rx)) as t:
             admit(t, 3)
             assert await received(rx, 5)
+
+
+def test_a_certificate_file_that_cannot_be_used_stops_the_start_and_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, ca: trustme.CA, tmp_path: Path
+) -> None:
+    with OTLPReceiver() as rx:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(tmp_path / "missing.pem"))
+        with pytest.raises(ConfigError, match=r"OTEL_EXPORTER_OTLP_CERTIFICATE='.*missing\.pem'"):
+            tracing(rx)
+        authority = tmp_path / "ca.pem"
+        ca.cert_pem.write_to_path(str(authority))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(authority))
+        not_a_key = tmp_path / "key.pem"
+        not_a_key.write_text("not a key")
+        client = tmp_path / "client.pem"
+        ca.issue_cert("c@example.org").cert_chain_pems[0].write_to_path(str(client))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", str(client))
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", str(not_a_key))
+        with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY="):
+            tracing(rx)

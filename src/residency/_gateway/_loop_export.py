@@ -45,6 +45,7 @@ from opentelemetry.exporter.otlp.common.http import Compression
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from residency._errors import ConfigError
 from residency._gateway._otlp_spans import FastOTLPSpanExporter, NotEncodable
 
 __all__ = ["LoopSpanExport", "batch_settings", "loop_sendable"]
@@ -89,24 +90,41 @@ def loop_sendable() -> bool:
 def _tls() -> ssl.SSLContext | bool:
     """The client's ``verify``, from the variables the SDK's exporter reads: a CA file (or
     directory), and a client certificate with its key (a certificate without a key file is a
-    file that holds both). True (the client's default trust) when none is set."""
+    file that holds both). True (the client's default trust) when none is set.
 
-    def env(signal: str, common: str) -> str | None:
-        return os.environ.get(signal) or os.environ.get(common) or None
+    Raises:
+        ConfigError: a file they name cannot be read or is not what they say.
+    """
+
+    def env(*names: str) -> tuple[str, str] | None:
+        for name in names:
+            if value := os.environ.get(name):
+                return name, value
+        return None
 
     ca = env("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "OTEL_EXPORTER_OTLP_CERTIFICATE")
     key = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "OTEL_EXPORTER_OTLP_CLIENT_KEY")
     certificate = env("OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE", "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE")
     if ca is None and certificate is None:
         return True
-    if ca is None:
-        context = httpx2.create_ssl_context()
-    elif os.path.isdir(ca):
-        context = ssl.create_default_context(capath=ca)
-    else:
-        context = ssl.create_default_context(cafile=ca)
-    if certificate is not None:
-        context.load_cert_chain(certificate, key)
+    reading = ca or certificate
+    try:
+        if ca is None:
+            context = httpx2.create_ssl_context()
+        elif os.path.isdir(ca[1]):
+            context = ssl.create_default_context(capath=ca[1])
+        else:
+            context = ssl.create_default_context(cafile=ca[1])
+        if certificate is not None:
+            reading = certificate if key is None else key
+            context.load_cert_chain(certificate[1], key[1] if key else None)
+    except (OSError, ssl.SSLError) as exc:  # SSLError is an OSError; named for the reader
+        assert reading is not None
+        name, path = reading
+        raise ConfigError(
+            f"residency.telemetry: {name}={path!r} cannot be used for OTLP over HTTPS: {exc.strerror or exc}",
+            where=name,
+        ) from None
     return context
 
 
@@ -131,6 +149,9 @@ class LoopSpanExport:
     Args:
         exporter: the SDK exporter, configured: its settings are read, and it sends what this
             cannot.
+
+    Raises:
+        ConfigError: a certificate variable names a file that cannot be used.
     """
 
     def __init__(self, exporter: FastOTLPSpanExporter) -> None:
@@ -147,6 +168,7 @@ class LoopSpanExport:
         self._headers: dict[str, str] = dict(client._headers)
         self._timeout: float = client._timeout
         self._compression: Compression = client._compression
+        self._verify = _tls()  # read now: a file that cannot be used stops the gateway's start
 
     # -- the processor's side ----------------------------------------------------------------
 
@@ -181,7 +203,7 @@ class LoopSpanExport:
         """Send batches until cancelled (a task of the gateway's task group); ``aclose`` sends
         what is left."""
         self._loop_thread = threading.get_ident()
-        self._client = httpx2.AsyncClient(verify=_tls(), timeout=self._timeout)
+        self._client = httpx2.AsyncClient(verify=self._verify, timeout=self._timeout)
         self._wake = anyio.Event()
         task_status.started()
         while True:
