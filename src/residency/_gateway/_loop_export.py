@@ -1,12 +1,14 @@
 """The gateway's spans batched and sent over OTLP/HTTP from its own event loop, not a thread.
 
 The SDK's ``BatchSpanProcessor`` sends from a thread of its own, with a blocking HTTP client.
-Measured under the tracing benchmark's workload (``benchmarks/otel_overhead.py``), that thread
-was most of what tracing cost a call in the gateway's process: not for the CPU it spends (under
-a millisecond a batch of 512 spans), but for the interpreter lock. Between its socket reads and
-writes the thread runs Python, and the event loop, which gives the lock up at every turn, waits
-for it each time. Sending the same bytes from the loop, with the ``httpx2`` client the gateway
-already uses for its upstreams, costs the loop the same work without the waits.
+Measured under the tracing benchmark's workload (``benchmarks/otel_overhead.py``, an
+in-process call of about 0.6 ms), that thread was most of what tracing cost a call: the same
+spans, encoded the same way, cost a call about four times as much latency sent from it as sent
+from the loop, though the thread spends under a millisecond of CPU on a batch of 512 spans. The
+likely cause is the interpreter lock: between its socket reads and writes the thread runs
+Python, and the event loop, which gives the lock up at every turn, waits for it each time.
+Sending from the loop, with the ``httpx2`` client the gateway already uses for its upstreams,
+does the same work without the waits.
 
 So for OTLP/HTTP a ``LoopSpanExport`` takes the processor's place: ``on_end`` queues a span
 (the spans end on the loop), and a task in the gateway's task group sends a batch when
