@@ -14,8 +14,9 @@ call's ``_meta``: tracing on would lengthen every answer it carries through the 
 The variants:
 
 - ``on``: ``residency.telemetry`` set: a span per request, admission and upstream call, batched
-  (the SDK's ``BatchSpanProcessor``) and exported over OTLP/HTTP to a receiver that runs in
-  this (the parent) process, as a local collector would; metrics exported every second;
+  and exported over OTLP/HTTP (from the gateway's event loop) to a receiver that runs in this
+  (the parent) process, as a local collector would; metrics exported every second (from the
+  telemetry's metric thread);
 - ``off``: the same tree without the section (the hooks are there, ``tracing`` is None);
 - ``before``: the source tree before the hooks were added (``--baseline``, by default the
   parent of the commit that added ``_tracing.py``), extracted with ``git archive``: the build
@@ -24,9 +25,11 @@ The variants:
 Three worker processes: ``on`` and ``off`` side by side in one (the same scheduling and
 neighbours: on this shared machine a process's latency drifts by several times for minutes at
 a time, so two processes are not comparable), and ``off`` (``off_alone``) and ``before`` each
-alone (neither holds an exporter's threads). ``on`` over ``off`` compares the first two,
-``off`` over ``before`` the last two. CPU time is the whole process's during a variant's
-calls, so ``off`` beside ``on`` is charged whatever the exporter threads spend meanwhile.
+alone (neither exports anything). ``on`` over ``off`` compares the first two, ``off`` over
+``before`` the last two. CPU time is the whole process's during a variant's calls, so ``off``
+beside ``on`` is charged whatever the telemetry of ``on`` spends meanwhile (its metric thread,
+a batch it sends). With ``--compare REV`` the spans of ``REV``'s ``on`` are exported as that
+revision does it (before the event-loop sender: from the SDK processor's thread).
 
 With ``--compare REV`` a fourth worker runs ``on`` and ``off`` side by side from the source
 tree at ``REV`` (``on_compare``, ``off_compare``): an earlier version of the tracing measured in
@@ -206,7 +209,7 @@ async def main(endpoint, *variants):
                 await served.wait()
             print(json.dumps(urls), flush=True)
             # Asked before and after each variant's calls: this process's CPU time (gateways,
-            # their upstream and, with telemetry on, the exporter's threads).
+            # their upstream and, with telemetry on, its exports).
             while (await anyio.to_thread.run_sync(sys.stdin.readline)).strip():
                 print(json.dumps(time.process_time()), flush=True)
             tg.cancel_scope.cancel()
@@ -412,7 +415,7 @@ def measure(
         workers: list[Worker | HTTPWorker] = [
             # On and off side by side in one process: the same scheduling, the same neighbours.
             Worker(current, rx.endpoint, ["on", "off"], ["on", "off"]),
-            # Off and before each alone: neither process holds an exporter's threads.
+            # Off and before each alone: neither process exports anything.
             Worker(current, "", ["off"], ["off_alone"]),
             Worker(before_src, "", ["off"], ["before"]),
         ]
