@@ -28,8 +28,8 @@ a time, so two processes are not comparable), and ``off`` (``off_alone``) and ``
 alone (neither exports anything). ``on`` over ``off`` compares the first two, ``off`` over
 ``before`` the last two. CPU time is the whole process's during a variant's calls, so ``off``
 beside ``on`` is charged whatever the telemetry of ``on`` spends meanwhile (its metric thread,
-a batch it sends). With ``--compare REV`` the spans of ``REV``'s ``on`` are exported as that
-revision does it (before the event-loop sender: from the SDK processor's thread).
+a batch it sends). With ``--compare REV``, ``REV``'s ``on`` exports its spans as that
+revision does.
 
 With ``--compare REV`` a fourth worker runs ``on`` and ``off`` side by side from the source
 tree at ``REV`` (``on_compare``, ``off_compare``): an earlier version of the tracing measured in
