@@ -220,6 +220,18 @@ async def test_a_rebuilt_catalog_is_warmed_without_waiting_for_a_search(model: C
 
 
 @pytest.mark.anyio
+async def test_a_catalog_rebuilt_with_the_same_tools_logs_nothing(model: Counting) -> None:
+    async with ready_logged() as said, running({"search_wait": STEP}, desk=IncidentDesk()) as gw:
+        assert catalog_index(gw.catalog).vectors_ready  # before serving: the summary says so
+        before = gw.catalog
+        await gw._apply_catalog()  # as a policy change or a late upstream rebuilds it
+        assert gw.catalog is not before and catalog_index(gw.catalog) is catalog_index(before)
+        warmup = gw._warmup
+        assert warmup is not None and await anyio.to_thread.run_sync(warmup.wait, STEP)
+        assert not said.is_set()
+
+
+@pytest.mark.anyio
 async def test_without_the_wait_the_vectors_are_computed_once_the_first_list_is_answered(
     monkeypatch: pytest.MonkeyPatch, model: Counting
 ) -> None:

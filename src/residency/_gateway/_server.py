@@ -412,9 +412,11 @@ class Gateway:
         if index is None or catalog_index(self.catalog) is not index:
             return
         with self._announcing:
-            if not self._vectors_news or index in self._announced:
+            if index in self._announced:
                 return
             self._announced.add(index)
+            if not self._vectors_news:  # ready before serving began: the startup summary says so
+                return
         status = warmup.status()
         search_logger.info(
             "tool search: fusion answers now: the vectors of %d tools are ready after %.1f s (%s)",
