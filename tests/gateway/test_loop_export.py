@@ -62,11 +62,14 @@ async def received(rx: OTLPReceiver, spans: int) -> bool:
 def test_the_batch_settings_are_the_sdks_and_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert batch_settings() == (2048, 512, 5.0)
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "100")
-    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "500")  # more than the queue: the queue's
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "50")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "250")
-    assert batch_settings() == (100, 100, 0.25)
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "soon")
+    assert batch_settings() == (100, 50, 0.25)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "soon")  # the SDK logs it and takes its default
     assert batch_settings()[2] == 5.0
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "500")  # more than the queue: refused
+    with pytest.raises(ConfigError, match="OTEL_BSP_MAX_EXPORT_BATCH_SIZE=500"):
+        batch_settings()
 
 
 async def test_a_full_batch_is_sent_at_once_and_the_rest_waits_for_the_delay(
@@ -122,6 +125,7 @@ async def test_a_full_queue_without_a_sender_keeps_what_fits(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "3")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "3")
     caplog.set_level(logging.WARNING, logger="residency.gateway")
     with OTLPReceiver() as rx:
         t = tracing(rx)

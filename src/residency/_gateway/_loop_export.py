@@ -33,55 +33,58 @@ import os
 import random
 import ssl
 import threading
-import time
-import zlib
 from collections.abc import Sequence
-from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 import httpx2
-from opentelemetry.exporter.otlp.common.http import Compression
+from opentelemetry.exporter.otlp.common.http import (
+    _DEFAULT_JITTER,
+    _MAX_RETRIES,
+    Compression,
+    _extract_retry_after,
+    _is_retryable,
+)
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
 
 from residency._errors import ConfigError
 from residency._gateway._otlp_spans import FastOTLPSpanExporter, NotEncodable
+
+if TYPE_CHECKING:
+    from opentelemetry.exporter.http.transport._base import BaseHTTPResult
 
 __all__ = ["LoopSpanExport", "batch_settings", "loop_sendable"]
 
 logger = logging.getLogger("residency.gateway")
 
-_RETRYABLE = frozenset({429, 502, 503, 504})
-_TRIES = 6  # the SDK's: at most six attempts, each within what is left of the timeout
-_JITTER = 0.2
 _CREDENTIAL_PROVIDER = "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER"
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        logger.warning("telemetry: %s=%r is not a positive integer; using %d", name, raw, default)
-        return default
-    return value
 
 
 def batch_settings() -> tuple[int, int, float]:
     """``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` and
-    ``OTEL_BSP_SCHEDULE_DELAY`` (in seconds), with the SDK's defaults (2048, 512, 5 s); a batch
-    is never larger than the queue."""
-    queue = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
-    batch = min(_env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512), queue)
-    delay = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
-    return queue, batch, delay
+    ``OTEL_BSP_SCHEDULE_DELAY`` (in seconds), read as the SDK's ``BatchSpanProcessor`` reads
+    them (its defaults: 2048, 512, 5 s; a value that is not a number is logged and the default
+    used).
+
+    Raises:
+        ConfigError: a value the SDK's processor refuses too (not positive, or a batch larger
+            than the queue).
+    """
+    queue = BatchSpanProcessor._default_max_queue_size()  # type: ignore[no-untyped-call]
+    batch = BatchSpanProcessor._default_max_export_batch_size()  # type: ignore[no-untyped-call]
+    delay = BatchSpanProcessor._default_schedule_delay_millis()  # type: ignore[no-untyped-call]
+    if min(queue, batch, delay) <= 0 or batch > queue:
+        raise ConfigError(
+            f"residency.telemetry: OTEL_BSP_MAX_QUEUE_SIZE={queue}, OTEL_BSP_MAX_EXPORT_BATCH_SIZE="
+            f"{batch} and OTEL_BSP_SCHEDULE_DELAY={delay} must be positive, the batch no larger "
+            "than the queue",
+            where="OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+        )
+    return queue, batch, delay / 1000
 
 
 def loop_sendable() -> bool:
@@ -128,21 +131,6 @@ def _tls() -> ssl.SSLContext | bool:
             where=name,
         ) from None
     return context
-
-
-def _retry_after(response: httpx2.Response) -> float | None:
-    value = response.headers.get("retry-after", "").strip()
-    if not value:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
 
 
 class LoopSpanExport:
@@ -271,20 +259,18 @@ class LoopSpanExport:
             if result is not SpanExportResult.SUCCESS:
                 self._failed(f"{len(batch)} spans not exported")
             return
-        if self._compression is Compression.GZIP:
-            body = await anyio.to_thread.run_sync(_gzip, body)  # zlib leaves the lock
-        elif self._compression is Compression.DEFLATE:
-            body = await anyio.to_thread.run_sync(zlib.compress, body)
+        if self._compression is not Compression.NONE:  # the SDK client's; zlib leaves the lock
+            body = await anyio.to_thread.run_sync(self._exporter._client._compress, body)
         await self._post(client, body, len(batch))
 
     async def _post(self, client: httpx2.AsyncClient, body: bytes, spans: int) -> None:
         deadline = anyio.current_time() + self._timeout
         problem = ""
-        for attempt in range(_TRIES):
+        for attempt in range(_MAX_RETRIES):
             left = deadline - anyio.current_time()
             if left <= 0:
                 break
-            backoff = 2**attempt * random.uniform(1 - _JITTER, 1 + _JITTER)
+            backoff = 2**attempt * random.uniform(1 - _DEFAULT_JITTER, 1 + _DEFAULT_JITTER)
             try:
                 with anyio.fail_after(left):
                     response = await client.post(self._endpoint, content=body, headers=self._headers)
@@ -297,9 +283,9 @@ class LoopSpanExport:
                         logger.info("telemetry: spans are exported again")
                     return
                 problem = f"HTTP {response.status_code}"
-                if response.status_code not in _RETRYABLE:
+                if not _is_retryable(response.status_code):
                     break
-                after = _retry_after(response)
+                after = _extract_retry_after(cast("BaseHTTPResult", _Answer(response)))  # reads headers()
                 backoff = backoff if after is None else after
             if backoff >= deadline - anyio.current_time():
                 break
@@ -315,10 +301,14 @@ class LoopSpanExport:
             )
 
 
-def _gzip(body: bytes) -> bytes:
-    import gzip
+class _Answer:
+    """An ``httpx2`` response as the SDK's ``_extract_retry_after`` reads one."""
 
-    return gzip.compress(body)
+    def __init__(self, response: httpx2.Response) -> None:
+        self._response = response
+
+    def headers(self) -> httpx2.Headers:
+        return self._response.headers
 
 
 def _shown(url: str) -> str:
