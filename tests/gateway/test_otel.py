@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, cast
@@ -23,6 +23,7 @@ import pytest
 from mcp import Client
 from opentelemetry.proto.metrics.v1.metrics_pb2 import Metric
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
 from residency._errors import ConfigError
@@ -138,6 +139,66 @@ async def test_a_call_is_traced_from_the_clients_context_to_the_upstream() -> No
     assert len(received) == 1
     assert received[0]["traceparent"] == f"00-{TRACE_ID}-{upstream.span_id}-01"
     assert json.loads(result.content[0].text)["traceparent"] == received[0]["traceparent"]  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def process_provider() -> Iterator[InMemorySpanExporter]:
+    """A process-wide tracer provider, as an application installs one, recording into memory;
+    removed again afterwards (OpenTelemetry's globals are set once per process, so they are
+    reset as its own tests reset them, and the ``mcp`` SDK's tracer forgets the provider)."""
+    import mcp.shared._otel as mcp_otel
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.util._once import Once
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        trace._TRACER_PROVIDER = None
+        trace._TRACER_PROVIDER_SET_ONCE = Once()
+        mcp_otel._tracer._real_tracer = None  # type: ignore[attr-defined]
+        provider.shutdown()
+
+
+async def test_an_applications_instrumentation_nests_under_the_gateways_spans(
+    process_provider: InMemorySpanExporter,
+) -> None:
+    """With a process-wide tracer provider installed, the gateway's spans are OpenTelemetry's
+    current span while it calls upstream: the ``mcp`` client's own span of the call (the
+    application's instrumentation) is a child of the gateway's upstream span, and the upstream
+    continues the trace from it. A stdio upstream: the ``mcp`` client's JSON-RPC dispatch to it
+    is what records that span and writes its context into ``_meta``."""
+    upstream_command = {"command": sys.executable, "args": [str(HERE / "traced_upstream.py")]}
+    with OTLPReceiver() as rx:
+        async with (
+            running(telemetry(rx), servers={"tr": upstream_command}) as gw,
+            Client(gw.server, mode="legacy") as client,
+        ):
+            with anyio.fail_after(SERVING):
+                result = await client.call_tool("echo_meta", {"text": "hi"}, meta=meta())
+        assert not result.is_error
+        spans = rx.spans()
+
+    upstream = one(spans, "tools/call echo_meta", Span.SPAN_KIND_CLIENT)
+    recorded = process_provider.get_finished_spans()
+    sends = [
+        s
+        for s in recorded
+        if s.name == "MCP send tools/call echo_meta"
+        and s.parent is not None
+        and f"{s.parent.span_id:016x}" == upstream.span_id
+    ]
+    assert len(sends) == 1, [(s.name, s.parent) for s in recorded]
+    send = sends[0].get_span_context()
+    assert send is not None
+    assert f"{send.trace_id:032x}" == upstream.trace_id
+    seen = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    assert seen["traceparent"] == f"00-{upstream.trace_id}-{send.span_id:016x}-{send.trace_flags:02x}"
 
 
 async def test_refusals_and_tool_errors_are_marked_on_their_spans() -> None:
