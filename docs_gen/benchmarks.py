@@ -18,6 +18,7 @@ __all__ = (
     "http_flood_table",
     "isolation_table",
     "oauth_table",
+    "otel_instructions_text",
     "otel_table",
     "savings_table",
     "session_table",
@@ -255,4 +256,30 @@ def otel_table() -> str:
             f"{http['spans_received']:,} spans from the gateway with telemetry on, the request span of "
             f"{http['calls_traced_on']:,} of its {http['calls_made_on']:,} calls."
         )
+    return "\n".join(rows) + text
+
+
+def otel_instructions_text() -> str:
+    """What tracing costs a call in instructions (``benchmarks/otel_instructions.py``)."""
+    d = _load("otel_instructions")
+    per_call, r = d["instructions_per_call"], d["ratios"]
+    rows = [
+        "| gateway | instructions per call | without the garbage collector |",
+        "|---|---:|---:|",
+    ]
+    labels = {
+        "off": "telemetry off",
+        "on": "telemetry on (exporting)",
+        "on_unsent": "telemetry on, spans dropped at their end (not sent)",
+    }
+    for key, label in labels.items():
+        rows.append(f"| {label} | {per_call[key]['gc']:,} | {per_call[key]['no_gc']:,} |")
+    text = (
+        f"\n\nOn over off: {number(r['on_over_off'])}x the instructions, "
+        f"{number(r['on_over_off_no_gc'])}x without the collector's; the calls' own tracing work "
+        f"(spans dropped at their end, over off, without the collector) "
+        f"{number(r['on_unsent_over_off_no_gc'])}x. {d['calls']:,} calls per variant after "
+        f"{d['warm_up_calls']} to warm up, in-process client, counted by valgrind's callgrind "
+        f"({d['machine']})."
+    )
     return "\n".join(rows) + text

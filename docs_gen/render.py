@@ -27,6 +27,7 @@ GENERATORS: dict[str, Callable[..., str]] = {
     "bench-oauth": benchmarks.oauth_table,
     "bench-audit": benchmarks.audit_table,
     "bench-otel": benchmarks.otel_table,
+    "bench-otel-instructions": benchmarks.otel_instructions_text,
 }
 
 

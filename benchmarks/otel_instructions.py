@@ -1,0 +1,181 @@
+"""What OpenTelemetry costs a gateway call, counted in instructions: a figure noise cannot move.
+
+Run from the repository root, with the project's venv active (and the ``otel`` extra), on a
+machine with valgrind (Debian's ``valgrind`` package):
+
+    python benchmarks/otel_instructions.py
+    python benchmarks/otel_instructions.py --json benchmarks/results/otel_instructions.json
+
+``otel_overhead.py`` times calls, and on a shared machine its ratios move by a few hundredths from
+run to run, as much as the thing measured. This benchmark counts instead. Each variant runs the
+in-process workload of ``otel_overhead.py`` (a gateway, the in-process upstream
+``tests/gateway/traced_upstream.py``, an in-process ``mcp.Client`` calling its ``echo`` tool)
+under valgrind's callgrind, which counts the instructions the process executes while counting is
+switched on: here around the measured calls only, after a warm-up, so neither the interpreter's
+start nor the gateway's set-up is counted. With ``PYTHONHASHSEED`` fixed, a variant's count
+repeats to about 0.1% from run to run, whatever else the machine is doing.
+
+The variants (each in a process of its own; two run at a time):
+
+- ``off``: no ``residency.telemetry`` section;
+- ``on``: telemetry on: three spans per call, batched and sent over OTLP/HTTP from the gateway's
+  event loop to a receiver in this (the parent) process, outside valgrind;
+- ``on_unsent``: telemetry on, but every span is dropped when it ends instead of being queued:
+  what the calls themselves do for tracing (their spans, and the trace context sent upstream),
+  without the batches' encoding and sending.
+
+Each is counted twice: with the garbage collector running as it does, and with it switched off
+for the measured calls (``no_gc``). A collection is rare and long and lands on a few calls, so a
+p50 latency sees mostly the second count, a mean or the CPU time the first.
+
+Two settings differ from a gateway's defaults because valgrind runs the process about fifty times
+slower than it runs alone, and wall-clock timers would fire fifty times as often per call: the
+metric export interval is an hour (metrics are sent per interval, not per call, and are not
+counted here), and ``OTEL_BSP_SCHEDULE_DELAY`` is ten minutes, so spans are sent in full batches
+of 512, as under a steady load. Counts are of instructions, not time: a cache miss costs one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VARIANTS = ("off", "on", "on_unsent")
+
+WORKER = r"""
+import gc, json, os, subprocess, sys
+from contextlib import AsyncExitStack
+import anyio
+from mcp import Client
+from residency._gateway import Gateway, parse_config
+from tests.gateway import traced_upstream
+
+async def main(endpoint, variant, calls, collect, warm):
+    meta = {"residency/session": "bench"}
+    residency = {"ready_wait": 60, "pinned": ["echo"]}
+    if variant != "off":
+        residency["telemetry"] = {"otlp": {"endpoint": endpoint}, "metric_interval": 3600}
+    cfg = parse_config(json.dumps({"mcpServers": {}, "residency": residency}))
+    async with AsyncExitStack() as stack:
+        gw = await stack.enter_async_context(Gateway(cfg, upstreams={"up": traced_upstream.server()}))
+        if variant == "on_unsent":
+            gw.tracing._spans._processor = None  # each span dropped at its end
+        client = await stack.enter_async_context(Client(gw.server, mode="legacy"))
+        await client.list_tools(meta=meta)
+        for _ in range(warm):
+            await client.call_tool("echo", {"text": "x"}, meta=meta)
+        if not collect:
+            gc.collect()
+            gc.disable()
+        counting = ["callgrind_control", "--instr=on", str(os.getpid())]
+        subprocess.run(counting, check=True, capture_output=True)
+        for _ in range(calls):
+            result = await client.call_tool("echo", {"text": "x"}, meta=meta)
+            assert not result.is_error, result
+        counting[1] = "--instr=off"
+        subprocess.run(counting, check=True, capture_output=True)
+        gc.enable()
+
+anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "gc", int(sys.argv[5]))
+"""
+
+_COLLECTED = re.compile(r"Collected : (\d+)")
+
+
+def count(endpoint: str, variant: str, calls: int, collect: bool, warm: int, into: Path) -> int:
+    """Instructions executed during ``calls`` calls of one variant (one process under callgrind)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        "PYTHONHASHSEED": "0",
+        "OTEL_BSP_SCHEDULE_DELAY": "600000",
+    }
+    out = into / f"callgrind.{variant}.{'gc' if collect else 'no_gc'}"
+    command = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+        sys.executable, "-c", WORKER, endpoint, variant, str(calls), "gc" if collect else "no_gc", str(warm),
+    ]  # fmt: skip
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    found = _COLLECTED.findall(done.stderr)
+    if done.returncode != 0 or not found:
+        raise SystemExit(f"the {variant} worker failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return int(found[-1])
+
+
+def measure(calls: int, warm: int) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))  # the tests' OTLP receiver
+    from tests._otlp import OTLPReceiver
+
+    jobs = [(v, collect) for v in VARIANTS for collect in (True, False)]
+    with OTLPReceiver() as rx, tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
+        futures = {
+            (variant, collect): pool.submit(count, rx.endpoint, variant, calls, collect, warm, Path(tmp))
+            for variant, collect in jobs
+        }
+        counts = {job: future.result() for job, future in futures.items()}
+        spans = len(rx.spans())
+    per_call = {v: {"gc": counts[(v, True)] / calls, "no_gc": counts[(v, False)] / calls} for v in VARIANTS}
+
+    def ratio(a: str, b: str, key: str) -> float:
+        return round(per_call[a][key] / per_call[b][key], 4)
+
+    version = subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
+    return {
+        "calls": calls,
+        "warm_up_calls": warm,
+        "instructions_per_call": {v: {k: round(n) for k, n in d.items()} for v, d in per_call.items()},
+        "ratios": {
+            "on_over_off": ratio("on", "off", "gc"),
+            "on_over_off_no_gc": ratio("on", "off", "no_gc"),
+            "on_unsent_over_off_no_gc": ratio("on_unsent", "off", "no_gc"),
+        },
+        "spans_received": spans,
+        "machine": f"{platform.machine()}, Python {platform.python_version()}, {version}",
+    }
+
+
+def report(result: dict[str, Any]) -> str:
+    per_call, r = result["instructions_per_call"], result["ratios"]
+    calls, warm = result["calls"], result["warm_up_calls"]
+    lines = [f"instructions per call ({calls:,} calls each, after {warm} to warm up):"]
+    for variant, figures in per_call.items():
+        with_gc, without = figures["gc"], figures["no_gc"]
+        lines.append(f"  {variant:10s} {with_gc:>12,} with the collector, {without:>12,} without")
+    lines.append(
+        f"on / off: {r['on_over_off']}x with the collector, {r['on_over_off_no_gc']}x without; "
+        f"the calls' own part (on_unsent / off, without): {r['on_unsent_over_off_no_gc']}x"
+    )
+    lines.append(f"spans received from the 'on' workers: {result['spans_received']:,}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=1536, help="calls counted per variant (3 spans each)")
+    parser.add_argument("--warm", type=int, default=600, help="calls made first, not counted")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args(argv)
+    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+    if missing:
+        print(f"this benchmark needs valgrind ({', '.join(missing)} not found): apt install valgrind")
+        return 2
+    result = measure(args.calls, args.warm)
+    print(report(result))
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
