@@ -133,12 +133,15 @@ def test_a_collector_that_refuses_is_a_failed_export() -> None:
         assert not rx.traces
 
 
-def test_span_records_encode_as_the_sdk_encodes_the_same_spans() -> None:
+@pytest.mark.parametrize("schema_url", ["", "https://opentelemetry.io/schemas/1.40.0"])
+def test_span_records_encode_as_the_sdk_encodes_the_same_spans(schema_url: str) -> None:
     """The gateway's own spans (``SpanRecord``s) against the SDK's encoding of them as
     ``ReadableSpan``s: a shape's encoding is written once and kept, so a second span of the same
-    shape, another status and other attributes must still come out as its own."""
-    resource = Resource.create({"service.name": "t"})
-    scope = InstrumentationScope("residency.gateway", "1.2")
+    shape, another status and other attributes must still come out as its own. A batch of
+    records alone is written in one piece, its lengths counted ahead: with schema URLs on the
+    resource and scope too."""
+    resource = Resource.create({"service.name": "t"}, schema_url=schema_url or None)
+    scope = InstrumentationScope("residency.gateway", "1.2", schema_url=schema_url or None)
     recorder = SpanRecorder(DEFAULT_ON, None)
     server = SpanShape("tools/call x", SpanKind.SERVER, {"mcp.method.name": "tools/call", "n": 3})
     client = SpanShape("tools/call y", SpanKind.CLIENT, {"gen_ai.tool.name": "y", "ok": True})
