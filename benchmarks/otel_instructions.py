@@ -5,6 +5,7 @@ machine with valgrind (Debian's ``valgrind`` package):
 
     python benchmarks/otel_instructions.py
     python benchmarks/otel_instructions.py --json benchmarks/results/otel_instructions.json
+    python benchmarks/otel_instructions.py --compare REV   # also REV's on and off, in the same run
 
 ``otel_overhead.py`` times calls, and on a shared machine its ratios move by a few hundredths from
 run to run, as much as the thing measured. This benchmark counts instead. Each variant runs the
@@ -23,6 +24,10 @@ The variants (each in a process of its own; two run at a time):
 - ``on_unsent``: telemetry on, but every span is dropped when it ends instead of being queued:
   what the calls themselves do for tracing (their spans, and the trace context sent upstream),
   without the batches' encoding and sending.
+
+With ``--compare REV`` the source tree at ``REV`` (extracted with ``git archive``) is counted
+too, ``off`` and ``on`` (``off_compare``, ``on_compare``): an earlier version of the tracing in
+the same run.
 
 Each is counted twice: with the garbage collector running as it does, and with it switched off
 for the measured calls (``no_gc``). A collection is rare and long and lands on a few calls, so a
@@ -93,15 +98,18 @@ anyio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "gc",
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 
-def count(endpoint: str, variant: str, calls: int, collect: bool, warm: int, into: Path) -> int:
-    """Instructions executed during ``calls`` calls of one variant (one process under callgrind)."""
+def count(
+    endpoint: str, variant: str, calls: int, collect: bool, warm: int, into: Path, src: Path = ROOT / "src"
+) -> int:
+    """Instructions executed during ``calls`` calls of one variant (one process under callgrind),
+    with the source tree ``src``."""
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)]),
         "PYTHONHASHSEED": "0",
         "OTEL_BSP_SCHEDULE_DELAY": "600000",
     }
-    out = into / f"callgrind.{variant}.{'gc' if collect else 'no_gc'}"
+    out = into / f"callgrind.{src.parent.name}.{variant}.{'gc' if collect else 'no_gc'}"
     command = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
         sys.executable, "-c", WORKER, endpoint, variant, str(calls), "gc" if collect else "no_gc", str(warm),
@@ -113,33 +121,55 @@ def count(endpoint: str, variant: str, calls: int, collect: bool, warm: int, int
     return int(found[-1])
 
 
-def measure(calls: int, warm: int) -> dict[str, Any]:
+def extract(commit: str, into: Path) -> Path:
+    """The package's source tree at ``commit``, under ``into``."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit, "src/residency"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    into.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "src"
+
+
+def measure(calls: int, warm: int, compare: str | None = None) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))  # the tests' OTLP receiver
     from tests._otlp import OTLPReceiver
 
-    jobs = [(v, collect) for v in VARIANTS for collect in (True, False)]
     with OTLPReceiver() as rx, tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
+        trees = {"": ROOT / "src"}
+        if compare is not None:
+            trees["_compare"] = extract(compare, Path(tmp) / "compare")
+        jobs = [(v, collect, tag) for v in VARIANTS for collect in (True, False) for tag in trees]
         futures = {
-            (variant, collect): pool.submit(count, rx.endpoint, variant, calls, collect, warm, Path(tmp))
-            for variant, collect in jobs
+            (variant + tag, collect): pool.submit(
+                count, rx.endpoint, variant, calls, collect, warm, Path(tmp), trees[tag]
+            )
+            for variant, collect, tag in jobs
+            if not (tag and variant == "on_unsent")
         }
         counts = {job: future.result() for job, future in futures.items()}
         spans = len(rx.spans())
-    per_call = {v: {"gc": counts[(v, True)] / calls, "no_gc": counts[(v, False)] / calls} for v in VARIANTS}
+    names = dict.fromkeys(name for name, _ in counts)
+    per_call = {v: {"gc": counts[(v, True)] / calls, "no_gc": counts[(v, False)] / calls} for v in names}
 
     def ratio(a: str, b: str, key: str) -> float:
         return round(per_call[a][key] / per_call[b][key], 4)
 
     version = subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
+    ratios = {
+        "on_over_off": ratio("on", "off", "gc"),
+        "on_over_off_no_gc": ratio("on", "off", "no_gc"),
+        "on_unsent_over_off_no_gc": ratio("on_unsent", "off", "no_gc"),
+    }
+    if compare is not None:
+        ratios["compare_on_over_off"] = ratio("on_compare", "off_compare", "gc")
+        ratios["compare_on_over_off_no_gc"] = ratio("on_compare", "off_compare", "no_gc")
     return {
         "calls": calls,
         "warm_up_calls": warm,
         "instructions_per_call": {v: {k: round(n) for k, n in d.items()} for v, d in per_call.items()},
-        "ratios": {
-            "on_over_off": ratio("on", "off", "gc"),
-            "on_over_off_no_gc": ratio("on", "off", "no_gc"),
-            "on_unsent_over_off_no_gc": ratio("on_unsent", "off", "no_gc"),
-        },
+        "ratios": ratios,
+        "compare": compare,
         "spans_received": spans,
         "machine": f"{platform.machine()}, Python {platform.python_version()}, {version}",
     }
@@ -156,6 +186,11 @@ def report(result: dict[str, Any]) -> str:
         f"on / off: {r['on_over_off']}x with the collector, {r['on_over_off_no_gc']}x without; "
         f"the calls' own part (on_unsent / off, without): {r['on_unsent_over_off_no_gc']}x"
     )
+    if result["compare"] is not None:
+        lines.append(
+            f"{result['compare']}: on / off {r['compare_on_over_off']}x with the collector, "
+            f"{r['compare_on_over_off_no_gc']}x without"
+        )
     lines.append(f"spans received from the 'on' workers: {result['spans_received']:,}")
     return "\n".join(lines)
 
@@ -164,13 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=1536, help="calls counted per variant (3 spans each)")
     parser.add_argument("--warm", type=int, default=600, help="calls made first, not counted")
+    parser.add_argument("--compare", metavar="REV", help="also count on and off from this commit's source")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
     missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
     if missing:
         print(f"this benchmark needs valgrind ({', '.join(missing)} not found): apt install valgrind")
         return 2
-    result = measure(args.calls, args.warm)
+    result = measure(args.calls, args.warm, args.compare)
     print(report(result))
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
