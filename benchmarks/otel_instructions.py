@@ -181,7 +181,7 @@ def report(result: dict[str, Any]) -> str:
     lines = [f"instructions per call ({calls:,} calls each, after {warm} to warm up):"]
     for variant, figures in per_call.items():
         with_gc, without = figures["gc"], figures["no_gc"]
-        lines.append(f"  {variant:10s} {with_gc:>12,} with the collector, {without:>12,} without")
+        lines.append(f"  {variant:12s} {with_gc:>12,} with the collector, {without:>12,} without")
     lines.append(
         f"on / off: {r['on_over_off']}x with the collector, {r['on_over_off_no_gc']}x without; "
         f"the calls' own part (on_unsent / off, without): {r['on_unsent_over_off_no_gc']}x"
