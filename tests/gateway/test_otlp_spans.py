@@ -162,6 +162,11 @@ def test_span_records_encode_as_the_sdk_encodes_the_same_spans(schema_url: str) 
     assert second.context.trace_id != 0x1234 and second.parent is None
 
 
+def test_an_empty_batch_is_an_empty_request() -> None:
+    encoder = SpanEncoder(Resource.create({"service.name": "t"}), InstrumentationScope("residency.gateway"))
+    assert encoder.request([]) == encode_spans([]).SerializeToString() == b""
+
+
 def test_a_collector_gets_the_records_of_a_recorder() -> None:
     resource = Resource.create({"service.name": "t"})
     scope = InstrumentationScope("residency.gateway", "1.2")

@@ -226,7 +226,7 @@ class SpanEncoder:
         Raises:
             NotEncodable: a span this encoder does not handle (see ``span``).
         """
-        if all(type(s) is SpanRecord for s in spans):
+        if spans and all(type(s) is SpanRecord for s in spans):
             return self._records(cast("Sequence[SpanRecord]", spans))
         # Grouped by the resource object, not by equality: a Resource hashes its attributes
         # as JSON, every time (the spans of one tracer provider share one object).
