@@ -56,6 +56,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script: the tests' OTLP receiver, otel_overhead's extract
+
+from benchmarks.otel_overhead import extract  # noqa: E402
+
 VARIANTS = ("off", "on", "on_unsent")
 
 WORKER = r"""
@@ -121,18 +125,7 @@ def count(
     return int(found[-1])
 
 
-def extract(commit: str, into: Path) -> Path:
-    """The package's source tree at ``commit``, under ``into``."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", commit, "src/residency"], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    into.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into / "src"
-
-
 def measure(calls: int, warm: int, compare: str | None = None) -> dict[str, Any]:
-    sys.path.insert(0, str(ROOT))  # the tests' OTLP receiver
     from tests._otlp import OTLPReceiver
 
     with OTLPReceiver() as rx, tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
