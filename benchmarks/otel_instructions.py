@@ -14,7 +14,7 @@ in-process workload of ``otel_overhead.py`` (a gateway, the in-process upstream
 under valgrind's callgrind, which counts the instructions the process executes while counting is
 switched on: here around the measured calls only, after a warm-up, so neither the interpreter's
 start nor the gateway's set-up is counted. With ``PYTHONHASHSEED`` fixed, a variant's count
-repeats to about 0.1% from run to run, whatever else the machine is doing.
+repeats to about 0.2% from run to run, whatever else the machine is doing.
 
 The variants (each in a process of its own; two run at a time):
 
