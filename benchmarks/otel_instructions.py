@@ -30,14 +30,15 @@ too, ``off`` and ``on`` (``off_compare``, ``on_compare``): an earlier version of
 the same run.
 
 Each is counted twice: with the garbage collector running as it does, and with it switched off
-for the measured calls (``no_gc``). A collection is rare and long and lands on a few calls, so a
-p50 latency sees mostly the second count, a mean or the CPU time the first.
+for the measured calls (``no_gc``). A collection lands on one call in a dozen or fewer and
+makes it long, so a p50 latency sees mostly the second count, a mean or the CPU time the first.
 
 Two settings differ from a gateway's defaults because valgrind runs the process about fifty times
 slower than it runs alone, and wall-clock timers would fire fifty times as often per call: the
 metric export interval is an hour (metrics are sent per interval, not per call, and are not
 counted here), and ``OTEL_BSP_SCHEDULE_DELAY`` is ten minutes, so spans are sent in full batches
-of 512, as under a steady load. Counts are of instructions, not time: a cache miss costs one.
+of 512, as under a steady load. Counts are of instructions, not time: a cache miss or a wait
+adds nothing to them.
 """
 
 from __future__ import annotations
