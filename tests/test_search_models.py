@@ -61,15 +61,55 @@ def minilm() -> MiniLMEmbedder:
     return MiniLMEmbedder()
 
 
-def test_e5_embeds_offline_unit_vectors_and_queries_differently_from_passages(e5: E5Embedder) -> None:
-    passages = e5.embed(["get_weather: Get the weather forecast for a city", "send an email"])
-    assert passages.shape == (2, e5.dimension) and passages.dtype == np.float32
-    assert np.allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-3)
+def test_e5_embeds_offline_unit_vectors_and_tools_texts_as_queries(e5: E5Embedder) -> None:
+    texts = e5.embed(["get_weather: Get the weather forecast for a city", "send an email"])
+    assert texts.shape == (2, e5.dimension) and texts.dtype == np.float32
+    assert np.allclose(np.linalg.norm(texts, axis=1), 1.0, atol=1e-3)
+    # A tool's text is embedded as a query ("query: "), as queries are: the model's symmetric use.
     as_query = e5.embed_query("Get the weather forecast for a city")
-    as_passage = e5.embed(["Get the weather forecast for a city"])[0]
-    assert not np.allclose(as_query, as_passage, atol=1e-3)  # "query: " and "passage: " prefixes
-    assert e5.name.startswith("multilingual-e5-small-q4@")
+    assert np.allclose(as_query, e5.embed(["Get the weather forecast for a city"])[0], atol=1e-5)
+    assert not np.allclose(as_query, e5._model.passage("Get the weather forecast for a city"), atol=1e-3)
+    assert e5.name.startswith("multilingual-e5-small-q4-query@")  # not the passages' vectors
     assert e5.embed([]).shape == (0, e5.dimension)
+
+
+def _required(definition: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **definition,
+        "inputSchema": {
+            **definition["inputSchema"],
+            "required": list(definition["inputSchema"]["properties"]),
+        },
+    }
+
+
+GENERAL = [  # general-purpose by their definitions (``_capabilities``): a shell and a file writer
+    _required(tool("run_command", "Execute a command in a shell on the host", command="The command line")),
+    _required(
+        tool("write_file", "Write content to a file on disk", path="File path", content="What to write")
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("what time is it in Tokyo", "get_current_time"),
+        ("post the release note to the team channel", "slack_post_message"),
+        ("scale the web deployment to five replicas", "kubectl_scale"),
+    ],
+)
+def test_e5_alone_does_not_put_general_purpose_tools_first(e5: E5Embedder, query: str, expected: str) -> None:
+    # Their task words get a bonus on the model's own scale: at MiniLM's (0.15), far beyond the
+    # spread of e5's cosines, a shell and a file writer came first for every query.
+    index = ToolIndex(indexed(CATALOG + GENERAL), embedder=e5)
+    index.embed()
+    assert index._task_rows is not None and len(index._task_rows) == 2  # both are general-purpose
+    assert [h.name for h in index.search(query, limit=1, ranker="semantic")] == [expected]
+    # and a task that needs one still finds it
+    assert (
+        index.search("run ls -la in the project folder", limit=1, ranker="semantic")[0].name == "run_command"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +129,9 @@ def dual_index(minilm: MiniLMEmbedder, e5: E5Embedder) -> ToolIndex:
         ("ファイルの中身を読みたい", "read_file", 1),  # ja: I want to read what is in a file
         ("Schick eine E-Mail an meinen Chef", "send_email", 1),  # de: send an email to my boss
         ("Beende den hängenden Prozess", "kill_process", 1),  # de: stop the hung process
+        ("escala el deployment web a cinco réplicas", "kubectl_scale", 1),  # es: scale the deployment
+        ("publica una nota en el canal del equipo", "slack_post_message", 1),  # es: post to the channel
+        ("abre um chamado no Jira para o erro de login", "jira_create_issue", 1),  # pt: open a Jira issue
     ],
 )
 def test_a_query_in_another_language_finds_its_tool(
@@ -189,15 +232,20 @@ def test_a_dual_models_index_scores_each_query_by_the_halves_its_vector_has() ->
         assert both.search(query, limit=tools, ranker="semantic") == alone.search(
             query, limit=tools, ranker="semantic"
         )
-    # Another language's has both: each tool's score is its whole vector's dot product.
+    # Another language's has both: the multilingual cosines, standardized over the catalog, are
+    # put on the English model's scale and added with weight 1.5 (DualEmbedder.blend).
     query = "envoyer un message dans le canal de l'équipe"
     assert not english(query)
     keys = [vector_key(t) for t in indexed(CATALOG)]
     by_key = dict(zip(keys, CATALOG, strict=True))
     vectors = embedding_cache().vectors(dual, keys, lambda key: embedding_texts(by_key[key]))
-    expected = vectors @ query_vector(dual, query)
+    width = english_model.dimension
+    first = vectors[:, :width] @ english_model.embed([embedding_query(query)])[0]
+    second = vectors[:, width:] @ query_vector(other, query)
+    expected = first + 1.5 * first.std() * (second - second.mean()) / second.std()
     hits = both.search(query, limit=tools, ranker="semantic")
     assert [h.name for h in hits] == [CATALOG[i]["name"] for i in np.argsort(-expected, kind="stable")]
+    assert np.allclose([h.score for h in hits], np.sort(expected)[::-1], atol=1e-5)
     assert np.allclose([h.score for h in hits], np.sort(expected)[::-1], atol=1e-5)
 
 
