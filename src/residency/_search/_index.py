@@ -133,8 +133,9 @@ class IndexedTool:
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One ranked tool. ``score`` is BM25's, the cosine similarity, or the fused score (0 to 3.5,
-    4.5 with learned labels)."""
+    """One ranked tool. ``score`` is BM25's, the cosine similarity (for a query in another
+    language under two models, their blend on the English model's scale, which can pass 1), or
+    the fused score (0 to 3.5, 4.5 with learned labels)."""
 
     name: str
     summary: str
