@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from residency._search import EmbeddingCache, ToolIndex, _semantic, clear_shared_indexes, embedding_cache
-from residency._search._index import vector_key
+from residency._search._capabilities import capabilities, vocabulary
+from residency._search._index import TASK_BONUS, vector_key
 from residency._search._semantic import (
     MODEL_ENV,
     DualEmbedder,
@@ -246,7 +247,40 @@ def test_a_dual_models_index_scores_each_query_by_the_halves_its_vector_has() ->
     hits = both.search(query, limit=tools, ranker="semantic")
     assert [h.name for h in hits] == [CATALOG[i]["name"] for i in np.argsort(-expected, kind="stable")]
     assert np.allclose([h.score for h in hits], np.sort(expected)[::-1], atol=1e-5)
-    assert np.allclose([h.score for h in hits], np.sort(expected)[::-1], atol=1e-5)
+
+
+def test_a_general_purpose_tools_task_words_are_blended_on_the_catalogs_terms() -> None:
+    english_model, other = _Salted("english", "a"), _Salted("other", "b")
+    tools = CATALOG + GENERAL
+    dual = DualEmbedder(english_model, other)
+    index = ToolIndex(indexed(tools), embedder=dual)
+    index.embed()
+    assert index._task_rows is not None
+    rows = list(index._task_rows)
+    assert [tools[i]["name"] for i in rows] == ["run_command", "write_file"]
+    query = "führe einen Befehl in der Shell aus"  # de: run a command in the shell
+    assert not english(query)
+    keys = [vector_key(t) for t in indexed(tools)]
+    by_key = dict(zip(keys, tools, strict=True))
+    cache = embedding_cache()
+    vectors = cache.vectors(dual, keys, lambda key: embedding_texts(by_key[key]))
+    words = [vocabulary(capabilities(tools[i])) for i in rows]
+    task_vectors = np.stack(
+        [np.concatenate([english_model.embed([w])[0], other.embed([w])[0]]) for w in words]
+    )
+    width = english_model.dimension
+    near = english_model.embed([embedding_query(query)])[0]
+    far = query_vector(other, query)
+    first, second = vectors[:, :width] @ near, vectors[:, width:] @ far
+    scale = 1.5 * first.std() / second.std()
+    expected = first + scale * (second - second.mean())
+    # The task words' cosines take the catalog's mean and spread, not their own, then the bonus.
+    by_tasks = task_vectors[:, :width] @ near + scale * (task_vectors[:, width:] @ far - second.mean())
+    expected[rows] = np.maximum(expected[rows], by_tasks + TASK_BONUS)
+    hits = index.search(query, limit=len(tools), ranker="semantic")
+    assert {h.name: round(h.score, 5) for h in hits} == {
+        t["name"]: round(float(v), 5) for t, v in zip(tools, expected, strict=True)
+    }
 
 
 def test_the_model_is_picked_by_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:
