@@ -7,6 +7,7 @@ the official protobuf definitions), from a ``Tracing`` whose sender runs in the 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
 from collections.abc import AsyncIterator
@@ -14,6 +15,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 import trustme
 from prometheus_client import CollectorRegistry
@@ -96,6 +98,23 @@ async def test_spans_short_of_a_batch_are_sent_after_the_delay(monkeypatch: pyte
             assert len(rx.traces) == 1
     names = {s.name for s in rx.spans()}
     assert names == {"admit get_thing"}
+
+
+async def test_the_sender_holds_no_timer_that_keeps_ended_requests_deadlines_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # asyncio drops a cancelled timer only when it reaches the head of its queue: a pending
+    # schedule-delay timer there kept every ended request's deadline (and the context it copied,
+    # spans included) queued until the delay ran out. The delay is kept by a thread instead.
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "5000")
+    with OTLPReceiver() as rx:
+        async with sending(tracing(rx)):
+            loop = asyncio.get_running_loop()
+            for _ in range(50):  # fifty requests whose deadline (a minute) was not reached
+                with anyio.move_on_after(60):
+                    await anyio.lowlevel.checkpoint()
+            await anyio.lowlevel.checkpoint()  # one turn of the loop
+            assert not [h for h in loop._scheduled if h.cancelled()]  # type: ignore[attr-defined]
 
 
 async def test_a_busy_collector_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:

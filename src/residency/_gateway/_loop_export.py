@@ -12,8 +12,9 @@ does the same work without the waits.
 
 So for OTLP/HTTP a ``LoopSpanExport`` takes the processor's place: ``on_end`` queues a span
 (the spans end on the loop), and a task in the gateway's task group sends a batch when
-``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` spans wait or ``OTEL_BSP_SCHEDULE_DELAY`` has passed, as
-the SDK's processor does (and, as there, drops spans past ``OTEL_BSP_MAX_QUEUE_SIZE``). The
+``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` spans wait or ``OTEL_BSP_SCHEDULE_DELAY`` has passed (a
+thread that sleeps in between keeps the delay, see ``LoopSpanExport.run``), as the SDK's
+processor does (and, as there, drops spans past ``OTEL_BSP_MAX_QUEUE_SIZE``). The
 bytes are ``_otlp_spans``' encoding; the endpoint, headers, compression and timeout are those
 the SDK's exporter resolved (its ``OTEL_EXPORTER_OTLP_*`` variables included), TLS follows its
 certificate variables, and transient failures (429, 502, 503, 504, a lost connection) are
@@ -27,6 +28,7 @@ synchronous ``shutdown`` sends them with the SDK's exporter.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -191,18 +193,56 @@ class LoopSpanExport:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Send batches until cancelled (a task of the gateway's task group); ``aclose`` sends
-        what is left."""
+        what is left.
+
+        On asyncio the schedule delay is kept by a thread of its own that wakes the sender
+        (``_tick``), not by a timer of the event loop. asyncio removes a cancelled timer only
+        when it reaches the head of its queue, and the sender's timer (the delay, shorter than
+        a request's deadline) stayed there: every request's deadline, cancelled when the request
+        ended, stayed queued behind it with the context it had copied (the request's spans
+        among it) until the delay ran out. Under the tracing benchmark's load that was about a
+        hundred requests' worth, and 60% more collections of the young generation per call
+        (3,000 calls: 218 against 138 without tracing; 144 with the thread). Other backends
+        (trio) drop a cancelled deadline at once and keep the timer.
+        """
         self._loop_thread = threading.get_ident()
         self._client = httpx2.AsyncClient(verify=self._verify, timeout=self._timeout)
         self._wake = anyio.Event()
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        stop = threading.Event()
+        if loop is not None:
+            threading.Thread(
+                target=self._tick, args=(loop, stop), name="residency-otel-span-delay", daemon=True
+            ).start()
         task_status.started()
-        while True:
-            with anyio.move_on_after(self._delay):
-                await self._wake.wait()
-            self._wake = anyio.Event()
-            # Full batches, as long as there are (spans keep coming while one is sent); after the
-            # delay, what is queued too (up to one batch), as the SDK's processor does.
-            await self._send_queued(everything=False)
+        try:
+            while True:
+                if loop is not None:
+                    await self._wake.wait()  # a full batch, or the thread's tick
+                else:
+                    with anyio.move_on_after(self._delay):
+                        await self._wake.wait()
+                self._wake = anyio.Event()
+                # Full batches, as long as there are (spans keep coming while one is sent); after
+                # the delay, what is queued too (up to one batch), as the SDK's processor does.
+                await self._send_queued(everything=False)
+        finally:
+            stop.set()
+
+    def _tick(self, loop: asyncio.AbstractEventLoop, stop: threading.Event) -> None:
+        """Wake the sender every schedule delay until ``stop`` is set (see ``run``)."""
+        while not stop.wait(self._delay):
+            try:
+                loop.call_soon_threadsafe(self._due)
+            except RuntimeError:  # the loop is closed
+                return
+
+    def _due(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
 
     async def aclose(self) -> None:
         """Send what is queued (bounded by the export timeout; not tried when the collector
