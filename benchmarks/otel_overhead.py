@@ -35,7 +35,20 @@ With ``--compare REV`` a fourth worker runs ``on`` and ``off`` side by side from
 tree at ``REV`` (``on_compare``, ``off_compare``): an earlier version of the tracing measured in
 the same rounds, so a change's effect is read from one run.
 
-A second workload (``http`` in the report) makes the same calls as an application does: three
+A second workload (``stdio`` in the report) is the first with the upstream where an ``mcp.json``
+entry puts it: each gateway starts ``traced_upstream.py`` as a process of its own and speaks to it
+over its stdio. Three more worker processes, in the same arrangements (``on`` and ``off`` side by
+side, ``off`` and ``before`` each alone); CPU time is the worker's (its gateways and client), not
+the upstreams'.
+
+In the first workload the upstream shares the gateway's process, so whatever the upstream does
+with the trace context it is sent is counted as well: the ``mcp`` SDK's server reads it from
+``_meta`` (its OpenTelemetry middleware), and its client writes it. The ``on``/``off`` worker times
+that alone each round (``context_floor``): a bare ``mcp.Client`` calling the same in-process
+upstream with the context as the gateway sends it and without, alternately. The report gives it
+as a ratio of ``off`` and the ``on`` over ``off`` ratio without it (the gateway's own share).
+
+A third workload (``http`` in the report) makes the same calls as an application does: three
 more gateway processes like the first three (the same variants, settings and in-process
 upstream; ``on`` and ``off`` side by side in one, ``off`` and ``before`` each alone) serve their
 gateways over the HTTP front (``serve_http``), and the real client, the ``mcp`` SDK's
@@ -54,7 +67,7 @@ worker's figure for a round is the median latency (p50) of its calls in that rou
 figure for the run the median over rounds. Ratios are of those figures; ``paired`` ratios are
 the median of the per-round ratios. Targets: ``on`` at most 1.05x ``off`` (p50), and ``off``
 indistinguishable from ``before`` (within the spread of the rounds). The exit code is 1 when
-the first is missed in either workload.
+the first is missed in any workload.
 """
 
 from __future__ import annotations
@@ -82,7 +95,7 @@ from mcp import Client
 from residency._gateway import Gateway, parse_config
 from tests.gateway import traced_upstream
 
-async def main(endpoint, *variants):
+async def main(endpoint, upstream, *variants):
     endpoint = "" if endpoint == "-" else endpoint
     meta = {"residency/session": "bench"}
     async with AsyncExitStack() as stack:
@@ -92,8 +105,14 @@ async def main(endpoint, *variants):
             residency = {"ready_wait": 60, "pinned": ["echo"]}
             if variant == "on":
                 residency["telemetry"] = {"otlp": {"endpoint": endpoint}, "metric_interval": 1}
-            cfg = parse_config(json.dumps({"mcpServers": {}, "residency": residency}))
-            gw = await stack.enter_async_context(Gateway(cfg, upstreams={"up": traced_upstream.server()}))
+            if upstream == "stdio":
+                # The upstream as mcp.json starts one: a process of its own, over its stdio.
+                command = {"command": sys.executable, "args": [traced_upstream.__file__]}
+                servers, inline = {"up": command}, None
+            else:
+                servers, inline = {}, {"up": traced_upstream.server()}
+            cfg = parse_config(json.dumps({"mcpServers": servers, "residency": residency}))
+            gw = await stack.enter_async_context(Gateway(cfg, upstreams=inline))
             client = await stack.enter_async_context(Client(gw.server, mode="legacy"))
             await client.list_tools(meta=meta)
             clients[variant] = client
@@ -103,7 +122,9 @@ async def main(endpoint, *variants):
         for client in clients.values():
             for _ in range(200):
                 await call(client)
-        floor = span_floor() if "on" in variants else None
+        floors = None
+        if "on" in variants and upstream != "stdio":
+            floors = (span_floor(), await context_floor(stack))
         print(json.dumps({"ready": True}), flush=True)
         turn = 0
         while True:
@@ -124,8 +145,10 @@ async def main(endpoint, *variants):
                 figures[variant] = {"p50_ms": statistics.median(times) * 1000,
                                     "mean_ms": statistics.fmean(times) * 1000,
                                     "cpu_ms": cpu / len(times) * 1000}
-            if floor is not None:
-                figures["sdk_floor"] = {"p50_ms": floor(int(line)), "mean_ms": 0.0, "cpu_ms": 0.0}
+            if floors is not None:
+                spans, context = floors[0](int(line)), await floors[1](int(line))
+                figures["sdk_floor"] = {"p50_ms": spans, "mean_ms": 0.0, "cpu_ms": 0.0}
+                figures["context_floor"] = {"p50_ms": context, "mean_ms": 0.0, "cpu_ms": 0.0}
             print(json.dumps(figures), flush=True)
 
 def span_floor():
@@ -169,6 +192,43 @@ def span_floor():
             once(n)
             times.append(time.perf_counter() - started)
         return statistics.median(times) * 1000
+
+    return measure
+
+async def context_floor(stack):
+    # What carrying the trace context costs a call below the gateway: a bare mcp Client calls
+    # the same in-process upstream with the context as the gateway sends it (in _meta, and
+    # current, so that the client's own propagation writes it too) and without it, alternately.
+    # The mcp SDK's client and the upstream's server (its OpenTelemetry middleware reads the
+    # context) do that work whatever the gateway does.
+    from opentelemetry.context import attach, detach
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+
+    bare = await stack.enter_async_context(Client(traced_upstream.server(), mode="legacy"))
+    context = SpanContext(0x0AF7651916CD43DD8448EB211C80319C, 0xB7AD6B7169203331, False, TraceFlags(1))
+    carried = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+    async def once(traced):
+        if not traced:
+            return await bare.call_tool("echo", {"text": "x"})
+        token = attach(set_span_in_context(NonRecordingSpan(context)))
+        try:
+            return await bare.call_tool("echo", {"text": "x"}, meta=dict(carried))
+        finally:
+            detach(token)
+
+    for _ in range(200):
+        await once(True)
+        await once(False)
+
+    async def measure(calls):
+        times = {True: [], False: []}
+        for n in range(calls):
+            for traced in ((True, False) if n % 2 else (False, True)):
+                started = time.perf_counter()
+                await once(traced)
+                times[traced].append(time.perf_counter() - started)
+        return (statistics.median(times[True]) - statistics.median(times[False])) * 1000
 
     return measure
 
@@ -279,12 +339,12 @@ def extract(commit: str, into: Path) -> Path:
     return into / "src"
 
 
-def _child(script: str, src: Path, endpoint: str, variants: list[str]) -> subprocess.Popen[str]:
+def _child(script: str, src: Path, endpoint: str, args: list[str]) -> subprocess.Popen[str]:
     """``script`` run by ``python -c`` with ``src`` (the version measured) first on its path,
-    told the OTLP ``endpoint`` (``-``: none) and its ``variants``; lines in and out on pipes."""
+    told the OTLP ``endpoint`` (``-``: none) and ``args``; lines in and out on pipes."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(ROOT)])}
     return subprocess.Popen(
-        [sys.executable, "-c", script, endpoint or "-", *variants],
+        [sys.executable, "-c", script, endpoint or "-", *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -294,12 +354,15 @@ def _child(script: str, src: Path, endpoint: str, variants: list[str]) -> subpro
 
 
 class Worker:
-    """A worker process running the gateways ``variants`` (``on``, ``off``) side by side; its
-    figures are kept under ``names`` (the same order)."""
+    """A worker process running the gateways ``variants`` (``on``, ``off``) side by side, each
+    with its ``upstream`` (``in-process`` or ``stdio``); its figures are kept under ``names``
+    (the same order)."""
 
-    def __init__(self, src: Path, endpoint: str, variants: list[str], names: list[str]) -> None:
+    def __init__(
+        self, src: Path, endpoint: str, variants: list[str], names: list[str], upstream: str = "in-process"
+    ) -> None:
         self.names = dict(zip(variants, names, strict=True))
-        self.process = _child(WORKER, src, endpoint, variants)
+        self.process = _child(WORKER, src, endpoint, [upstream, *variants])
 
     def ready(self) -> None:
         assert self.process.stdout is not None
@@ -409,7 +472,12 @@ def measure(
     figures: dict[str, list[dict[str, float]]] = {}
     load_before = os.getloadavg()[0]
     # The HTTP workload's gateway exports to a receiver of its own: what it received is its own.
-    with OTLPReceiver() as rx, OTLPReceiver() as http_rx, tempfile.TemporaryDirectory() as tmp:
+    with (
+        OTLPReceiver() as rx,
+        OTLPReceiver() as stdio_rx,
+        OTLPReceiver() as http_rx,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         before_src = extract(baseline, Path(tmp) / "before")
         client = HTTPClient()
         workers: list[Worker | HTTPWorker] = [
@@ -422,6 +490,13 @@ def measure(
         if compare is not None:
             compare_src = extract(compare, Path(tmp) / "compare")
             workers.append(Worker(compare_src, rx.endpoint, ["on", "off"], ["on_compare", "off_compare"]))
+        workers += [
+            # The same three arrangements with the upstream in a process of its own, started
+            # by each gateway and spoken to over its stdio, as an mcp.json entry runs it.
+            Worker(current, stdio_rx.endpoint, ["on", "off"], ["stdio_on", "stdio_off"], "stdio"),
+            Worker(current, "", ["off"], ["stdio_off_alone"], "stdio"),
+            Worker(before_src, "", ["off"], ["stdio_before"], "stdio"),
+        ]
         http_workers = [
             # The same three processes' variants, served over the HTTP front to real clients
             # in another process (one for all: the client side is the same for every variant).
@@ -445,6 +520,8 @@ def measure(
             client.close()
         spans = len(rx.spans())
         metric_exports = len(rx.metrics)
+        stdio_spans = stdio_rx.spans()
+        stdio_metric_exports = len(stdio_rx.metrics)
         http_spans = http_rx.spans()
         http_metric_exports = len(http_rx.metrics)
         protocols = sorted(set().union(*(w.protocols for w in http_workers)))
@@ -469,6 +546,35 @@ def measure(
 
     names = ["on", "off", "off_alone", "before"]
     floor_ms = figure("sdk_floor", "p50_ms")
+    context_ms = figure("context_floor", "p50_ms")
+    stdio_names = ["stdio_on", "stdio_off", "stdio_off_alone", "stdio_before"]
+    stdio_on_over_off = ratio("stdio_on", "stdio_off")
+    stdio_off_over_before = ratio("stdio_off_alone", "stdio_before")
+    stdio = {
+        "p50_ms": {n[6:]: round(figure(n, "p50_ms"), 4) for n in stdio_names},
+        "mean_ms": {n[6:]: round(figure(n, "mean_ms"), 4) for n in stdio_names},
+        # The gateway's process (its gateways and the client), not the upstreams' processes.
+        "cpu_ms_per_call": {n[6:]: round(figure(n, "cpu_ms"), 4) for n in stdio_names},
+        "ratios": {
+            "on_over_off_p50": stdio_on_over_off,
+            "on_over_off_p50_paired": paired("stdio_on", "stdio_off"),
+            "on_over_off_cpu": ratio("stdio_on", "stdio_off", "cpu_ms"),
+            "off_over_before_p50": stdio_off_over_before,
+            "off_over_before_p50_paired": paired("stdio_off_alone", "stdio_before"),
+            "off_over_before_cpu": ratio("stdio_off_alone", "stdio_before", "cpu_ms"),
+        },
+        "round_spread": {n[6:]: spread(n) for n in stdio_names},
+        # The calls whose request span arrived, against the calls made (warm-up included).
+        "calls_made_on": WARM_UP + rounds * calls,
+        "calls_traced_on": sum(
+            1 for x in stdio_spans if x.name == "tools/call echo" and x.span.kind == OTLPSpan.SPAN_KIND_SERVER
+        ),
+        "spans_received": len(stdio_spans),
+        "metric_exports_received": stdio_metric_exports,
+        "met": stdio_on_over_off <= TARGET_ON_OVER_OFF,
+        "off_within_spread_of_before": abs(stdio_off_over_before - 1)
+        <= max(spread("stdio_off_alone"), spread("stdio_before")),
+    }
     on_over_off = ratio("on", "off")
     off_over_before = ratio("off_alone", "before")
     http_names = ["http_on", "http_off", "http_off_alone", "http_before"]
@@ -551,12 +657,21 @@ def measure(
         # (median over rounds of the per-round p50), and the ratio it alone would give.
         "sdk_span_floor_ms_per_call": round(floor_ms, 4),
         "sdk_span_floor_ratio": round((figure("off", "p50_ms") + floor_ms) / figure("off", "p50_ms"), 4),
+        # What carrying the trace context to the in-process upstream costs the mcp SDK's client
+        # and the upstream's server (a bare client, with it and without), and on over off
+        # without it: the gateway's own share of the difference.
+        "context_floor_ms_per_call": round(context_ms, 4),
+        "context_floor_ratio": round((figure("off", "p50_ms") + context_ms) / figure("off", "p50_ms"), 4),
+        "on_over_off_p50_without_context_floor": round(
+            (figure("on", "p50_ms") - context_ms) / figure("off", "p50_ms"), 4
+        ),
         "spans_received": spans,
         "metric_exports_received": metric_exports,
         "target_on_over_off": TARGET_ON_OVER_OFF,
         "met": on_over_off <= TARGET_ON_OVER_OFF,
         "off_within_spread_of_before": abs(off_over_before - 1) <= max(spread("off_alone"), spread("before")),
         **compared,
+        "stdio": stdio,
         "http": http,
     }
 
@@ -577,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1) + "\n")
-    return 0 if report["met"] and report["http"]["met"] else 1
+    return 0 if report["met"] and report["stdio"]["met"] and report["http"]["met"] else 1
 
 
 if __name__ == "__main__":

@@ -201,8 +201,9 @@ def audit_table() -> str:
 
 
 def otel_table() -> str:
-    """A gateway call's latency and CPU time with OpenTelemetry on, off, and before its hooks,
-    called by an in-process client and, when measured, by a real client over streamable HTTP."""
+    """A gateway call's latency and CPU time with OpenTelemetry on, off, and before its hooks:
+    called by an in-process client with its upstream in the same process and, when measured,
+    with its upstream over stdio, and by a real client over streamable HTTP."""
     d = _load("otel_overhead")
     http = d.get("http")
     labels = {
@@ -211,15 +212,17 @@ def otel_table() -> str:
         "off_alone": "telemetry off, in a process of its own",
         "before": "before the telemetry hooks, in a process of its own",
     }
-    if http is None:
-        rows = ["| gateway | p50 latency per call | CPU per call |", "|---|---:|---:|"]
-    else:
-        rows = [
-            "| gateway | in-process client: p50 latency | CPU | HTTP client: p50 latency | gateway CPU |",
-            "|---|---:|---:|---:|---:|",
-        ]
+    stdio = d.get("stdio")
+    header, rule = "| gateway | in-process upstream: p50 latency | CPU |", "|---|---:|---:|"
+    if stdio is not None:
+        header, rule = header + " stdio upstream: p50 latency | CPU |", rule + "---:|---:|"
+    if http is not None:
+        header, rule = header + " HTTP client: p50 latency | gateway CPU |", rule + "---:|---:|"
+    rows = [header, rule]
     for key, label in labels.items():
         row = f"| {label} | {number(d['p50_ms'][key])} ms | {number(d['cpu_ms_per_call'][key])} ms |"
+        if stdio is not None:
+            row += f" {number(stdio['p50_ms'][key])} ms | {number(stdio['cpu_ms_per_call'][key])} ms |"
         if http is not None:
             row += f" {number(http['p50_ms'][key])} ms | {number(http['gateway_cpu_ms_per_call'][key])} ms |"
         rows.append(row)
@@ -233,7 +236,7 @@ def otel_table() -> str:
             f"{number(d['sdk_span_floor_ratio'])}x off by itself."
         )
     text = (
-        f"\n\nIn-process client: on over off {number(r['on_over_off_p50'])}x the p50 latency "
+        f"\n\nIn-process upstream and client: on over off {number(r['on_over_off_p50'])}x the p50 latency "
         f"({number(r['on_over_off_p50_paired'])}x round by round), "
         f"{number(r['on_over_off_cpu'])}x the CPU time; off over before: "
         f"{number(r['off_over_before_p50'])}x the p50 latency, {number(r['off_over_before_cpu'])}x "
@@ -242,6 +245,29 @@ def otel_table() -> str:
         "and before each in one of their own, each with an in-process client (the CPU time is "
         "the client's and the gateway's together)." + floor
     )
+    if "context_floor_ms_per_call" in d:
+        text += (
+            f" The upstream shares the gateway's process here, so what the `mcp` SDK does with "
+            f"the trace context the gateway sends it (its client writes it into `_meta`, the "
+            f"upstream's server reads it) is counted too: timed alone in the same process, a bare "
+            f"client calling the same upstream with that context and without, it is "
+            f"{number(d['context_floor_ms_per_call'])} ms a call, {number(d['context_floor_ratio'])}x "
+            f"off by itself; without it, on over off is "
+            f"{number(d['on_over_off_p50_without_context_floor'])}x."
+        )
+    if stdio is not None:
+        sr = stdio["ratios"]
+        text += (
+            f"\n\nStdio upstream (the same upstream as a process of its own, started by each "
+            f"gateway and spoken to over its stdio, as an `mcp.json` entry runs it; the same "
+            f"in-process client and arrangements): on over off {number(sr['on_over_off_p50'])}x "
+            f"the p50 latency ({number(sr['on_over_off_p50_paired'])}x round by round), "
+            f"{number(sr['on_over_off_cpu'])}x the CPU time of the gateway's process; off over "
+            f"before: {number(sr['off_over_before_p50'])}x the p50 latency, "
+            f"{number(sr['off_over_before_cpu'])}x the CPU time. The receiver decoded "
+            f"{stdio['spans_received']:,} spans, the request span of {stdio['calls_traced_on']:,} of "
+            f"{stdio['calls_made_on']:,} calls."
+        )
     if http is not None:
         h = http["ratios"]
         text += (

@@ -1,9 +1,9 @@
 """``benchmarks/otel_overhead.py`` runs end to end in a tiny configuration and reports its figures.
 
 Its ratio target is the benchmark's to check on a full run; here only what does not depend on
-the machine's speed is asserted: every variant of both workloads (in-process client, real client
-over streamable HTTP) ran its rounds, and the ``on`` gateways' spans and metrics reached the
-receivers.
+the machine's speed is asserted: every variant of the three workloads (in-process client with an
+in-process upstream, the same with a stdio upstream, real client over streamable HTTP) ran its
+rounds, and the ``on`` gateways' spans and metrics reached the receivers.
 """
 
 from __future__ import annotations
@@ -41,6 +41,20 @@ def test_the_otel_benchmark_runs_and_the_on_variant_exports(tmp_path: Path) -> N
     assert report["spans_received"] >= 3 * (200 + 2 * 5)
     assert report["metric_exports_received"] >= 1
     assert isinstance(report["met"], bool)
+    # The carrying of the trace context, timed alone beside the in-process gateways.
+    assert report["context_floor_ms_per_call"] == pytest.approx(
+        (report["context_floor_ratio"] - 1) * report["p50_ms"]["off"], abs=1e-3
+    )
+    stdio = report["stdio"]
+    for figures in ("p50_ms", "mean_ms", "cpu_ms_per_call"):
+        assert set(stdio[figures]) == {"on", "off", "off_alone", "before"}
+        assert all(v > 0 for v in stdio[figures].values())
+    assert set(stdio["ratios"]) == set(report["ratios"])
+    # Every call through the gateway whose upstream is a process of its own was traced.
+    assert stdio["calls_made_on"] == 200 + 2 * 5
+    assert stdio["calls_traced_on"] == stdio["calls_made_on"]
+    assert stdio["spans_received"] >= 3 * stdio["calls_made_on"]
+    assert isinstance(stdio["met"], bool)
     http = report["http"]
     for figures in ("p50_ms", "mean_ms", "gateway_cpu_ms_per_call"):
         assert set(http[figures]) == {"on", "off", "off_alone", "before"}
