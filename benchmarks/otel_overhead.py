@@ -547,67 +547,51 @@ def measure(
     names = ["on", "off", "off_alone", "before"]
     floor_ms = figure("sdk_floor", "p50_ms")
     context_ms = figure("context_floor", "p50_ms")
-    stdio_names = ["stdio_on", "stdio_off", "stdio_off_alone", "stdio_before"]
-    stdio_on_over_off = ratio("stdio_on", "stdio_off")
-    stdio_off_over_before = ratio("stdio_off_alone", "stdio_before")
-    stdio = {
-        "p50_ms": {n[6:]: round(figure(n, "p50_ms"), 4) for n in stdio_names},
-        "mean_ms": {n[6:]: round(figure(n, "mean_ms"), 4) for n in stdio_names},
-        # The gateway's process (its gateways and the client), not the upstreams' processes.
-        "cpu_ms_per_call": {n[6:]: round(figure(n, "cpu_ms"), 4) for n in stdio_names},
-        "ratios": {
-            "on_over_off_p50": stdio_on_over_off,
-            "on_over_off_p50_paired": paired("stdio_on", "stdio_off"),
-            "on_over_off_cpu": ratio("stdio_on", "stdio_off", "cpu_ms"),
-            "off_over_before_p50": stdio_off_over_before,
-            "off_over_before_p50_paired": paired("stdio_off_alone", "stdio_before"),
-            "off_over_before_cpu": ratio("stdio_off_alone", "stdio_before", "cpu_ms"),
-        },
-        "round_spread": {n[6:]: spread(n) for n in stdio_names},
-        # The calls whose request span arrived, against the calls made (warm-up included).
-        "calls_made_on": WARM_UP + rounds * calls,
-        "calls_traced_on": sum(
-            1 for x in stdio_spans if x.name == "tools/call echo" and x.span.kind == OTLPSpan.SPAN_KIND_SERVER
-        ),
-        "spans_received": len(stdio_spans),
-        "metric_exports_received": stdio_metric_exports,
-        "met": stdio_on_over_off <= TARGET_ON_OVER_OFF,
-        "off_within_spread_of_before": abs(stdio_off_over_before - 1)
-        <= max(spread("stdio_off_alone"), spread("stdio_before")),
-    }
+
+    def workload(
+        prefix: str, cpu_name: str, calls_made: int, spans: list[Any], metric_exports: int
+    ) -> dict[str, Any]:
+        """The figures of the variants named ``{prefix}_on`` and so on, under their short names;
+        ``spans``: what the ``on`` gateway's own receiver decoded."""
+        on, off, alone, before = (f"{prefix}_{n}" for n in names)
+        on_over_off, off_over_before = ratio(on, off), ratio(alone, before)
+        return {
+            "p50_ms": {n: round(figure(f"{prefix}_{n}", "p50_ms"), 4) for n in names},
+            "mean_ms": {n: round(figure(f"{prefix}_{n}", "mean_ms"), 4) for n in names},
+            cpu_name: {n: round(figure(f"{prefix}_{n}", "cpu_ms"), 4) for n in names},
+            "ratios": {
+                "on_over_off_p50": on_over_off,
+                "on_over_off_p50_paired": paired(on, off),
+                "on_over_off_cpu": ratio(on, off, "cpu_ms"),
+                "off_over_before_p50": off_over_before,
+                "off_over_before_p50_paired": paired(alone, before),
+                "off_over_before_cpu": ratio(alone, before, "cpu_ms"),
+            },
+            "round_spread": {n: spread(f"{prefix}_{n}") for n in names},
+            # Every span, and the calls whose request (SERVER) span arrived, against the calls
+            # the client made (warm-up included).
+            "calls_made_on": calls_made,
+            "calls_traced_on": sum(
+                1 for x in spans if x.name == "tools/call echo" and x.span.kind == OTLPSpan.SPAN_KIND_SERVER
+            ),
+            "spans_received": len(spans),
+            "metric_exports_received": metric_exports,
+            "met": on_over_off <= TARGET_ON_OVER_OFF,
+            "off_within_spread_of_before": abs(off_over_before - 1) <= max(spread(alone), spread(before)),
+        }
+
     on_over_off = ratio("on", "off")
     off_over_before = ratio("off_alone", "before")
-    http_names = ["http_on", "http_off", "http_off_alone", "http_before"]
-    http_on_over_off = ratio("http_on", "http_off")
-    http_off_over_before = ratio("http_off_alone", "http_before")
+    # CPU: the worker's process (its gateways and the client), not the upstreams' processes.
+    stdio = workload("stdio", "cpu_ms_per_call", WARM_UP + rounds * calls, stdio_spans, stdio_metric_exports)
     http = {
         "calls_per_round": http_calls,
         "protocol_versions": protocols,
-        "p50_ms": {n[5:]: round(figure(n, "p50_ms"), 4) for n in http_names},
-        "mean_ms": {n[5:]: round(figure(n, "mean_ms"), 4) for n in http_names},
-        # The gateway's process only (gateways, their in-process upstream, exporter threads);
-        # the clients' process is not counted.
-        "gateway_cpu_ms_per_call": {n[5:]: round(figure(n, "cpu_ms"), 4) for n in http_names},
-        "ratios": {
-            "on_over_off_p50": http_on_over_off,
-            "on_over_off_p50_paired": paired("http_on", "http_off"),
-            "on_over_off_cpu": ratio("http_on", "http_off", "cpu_ms"),
-            "off_over_before_p50": http_off_over_before,
-            "off_over_before_p50_paired": paired("http_off_alone", "http_before"),
-            "off_over_before_cpu": ratio("http_off_alone", "http_before", "cpu_ms"),
-        },
-        "round_spread": {n[5:]: spread(n) for n in http_names},
-        # What the "on" gateway's own receiver decoded: every span, and the calls whose request
-        # (SERVER) span arrived, against the calls its client made (warm-up included).
-        "calls_made_on": WARM_UP + rounds * http_calls,
-        "calls_traced_on": sum(
-            1 for x in http_spans if x.name == "tools/call echo" and x.span.kind == OTLPSpan.SPAN_KIND_SERVER
+        # CPU: the gateway's process only (gateways, their in-process upstream, exporter
+        # threads); the clients' process is not counted.
+        **workload(
+            "http", "gateway_cpu_ms_per_call", WARM_UP + rounds * http_calls, http_spans, http_metric_exports
         ),
-        "spans_received": len(http_spans),
-        "metric_exports_received": http_metric_exports,
-        "met": http_on_over_off <= TARGET_ON_OVER_OFF,
-        "off_within_spread_of_before": abs(http_off_over_before - 1)
-        <= max(spread("http_off_alone"), spread("http_before")),
     }
     compared: dict[str, Any] = {}
     if compare is not None:
