@@ -6,11 +6,12 @@ Run from the repository root, with the project's venv active (and the ``otel`` e
     python benchmarks/otel_overhead.py --json benchmarks/results/otel_overhead.json
     python benchmarks/otel_overhead.py --compare REV   # also REV's tracing, in the same rounds
 
-Each variant is a gateway with one in-process upstream (``tests/gateway/traced_upstream.py``)
-and an in-process ``mcp.Client`` that calls the upstream's ``echo`` tool through it, one call at
-a time. ``echo`` answers with its argument, so an answer is as long with tracing on as off (the
-same upstream's ``echo_meta``, which the tests use to see the trace context, answers with the
-call's ``_meta``: tracing on would lengthen every answer it carries through the gateway).
+In the first workload each variant is a gateway with one in-process upstream
+(``tests/gateway/traced_upstream.py``) and an in-process ``mcp.Client`` that calls the upstream's
+``echo`` tool through it, one call at a time. ``echo`` answers with its argument, so an answer is
+as long with tracing on as off (the same upstream's ``echo_meta``, which the tests use to see the
+trace context, answers with the call's ``_meta``: tracing on would lengthen every answer it
+carries through the gateway).
 The variants:
 
 - ``on``: ``residency.telemetry`` set: a span per request, admission and upstream call, batched
